@@ -1,0 +1,92 @@
+"""Semantic conventions: the exact span names and attribute keys agentlightning writes and reads."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel
+
+__all__ = [
+    "AGL_ANNOTATION",
+    "AGL_MESSAGE",
+    "AGL_OBJECT",
+    "AGL_EXCEPTION",
+    "AGL_OPERATION",
+    "AGL_REWARD",
+    "AGL_VIRTUAL",
+    "LightningResourceAttributes",
+    "LightningSpanAttributes",
+    "RewardAttributes",
+    "LinkAttributes",
+    "RewardPydanticModel",
+    "LinkPydanticModel",
+    "PROMPT_TOKEN_IDS",
+    "RESPONSE_TOKEN_IDS",
+    "LOGPROBS_CONTENT",
+    "LOGPROBS_REFUSAL",
+]
+
+AGL_ANNOTATION = "agentlightning.annotation"
+AGL_MESSAGE = "agentlightning.message"
+AGL_OBJECT = "agentlightning.object"
+AGL_EXCEPTION = "agentlightning.exception"
+AGL_OPERATION = "agentlightning.operation"
+AGL_REWARD = "agentlightning.reward"
+AGL_VIRTUAL = "agentlightning.virtual"
+
+PROMPT_TOKEN_IDS = "prompt_token_ids"
+RESPONSE_TOKEN_IDS = "response_token_ids"
+LOGPROBS_CONTENT = "logprobs.content"
+LOGPROBS_REFUSAL = "logprobs.refusal"
+
+
+class LightningResourceAttributes(str, Enum):
+    """OpenTelemetry resource attributes that tie spans to a rollout and attempt."""
+
+    ROLLOUT_ID = "agentlightning.rollout_id"
+    ATTEMPT_ID = "agentlightning.attempt_id"
+    SPAN_SEQUENCE_ID = "agentlightning.span_sequence_id"
+    TRACER_NAME = "agentlightning.tracer.name"
+
+
+class LightningSpanAttributes(str, Enum):
+    """Span attribute keys (some are prefixes of flattened keys)."""
+
+    REWARD = "agentlightning.reward"
+    LINK = "agentlightning.link"
+    TAG = "agentlightning.tag"
+    MESSAGE_BODY = "agentlightning.message.body"
+    OBJECT_TYPE = "agentlightning.object.type"
+    OBJECT_LITERAL = "agentlightning.object.literal"
+    OBJECT_JSON = "agentlightning.object.json"
+    OPERATION_NAME = "agentlightning.operation.name"
+    OPERATION_INPUT = "agentlightning.operation.input"
+    OPERATION_OUTPUT = "agentlightning.operation.output"
+
+
+class RewardAttributes(str, Enum):
+    """Keys inside one flattened reward dimension: `agentlightning.reward.<i>.<key>`."""
+
+    REWARD_NAME = "name"
+    REWARD_VALUE = "value"
+
+
+class LinkAttributes(str, Enum):
+    """Keys inside one flattened link: `agentlightning.link.<i>.<key>`."""
+
+    KEY_MATCH = "key_match"
+    VALUE_MATCH = "value_match"
+
+
+class RewardPydanticModel(BaseModel):
+    """One named reward dimension."""
+
+    name: str
+    value: float
+
+
+class LinkPydanticModel(BaseModel):
+    """A link from one span to others whose attribute `key_match` equals `value_match`."""
+
+    key_match: str
+    value_match: str

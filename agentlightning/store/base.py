@@ -1,0 +1,337 @@
+"""The LightningStore contract: the hub every algorithm, runner and tracer talks to."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal, Optional, TypedDict, Union
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from agentlightning.types import (
+    Attempt,
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    Span,
+    TaskInput,
+    Worker,
+    WorkerStatus,
+)
+
+__all__ = [
+    "UNSET",
+    "Unset",
+    "is_unset",
+    "LightningStore",
+    "LightningStoreCapabilities",
+    "LightningStoreStatistics",
+    "SortOrder",
+    "FilterLogic",
+]
+
+SortOrder = Literal["asc", "desc"]
+FilterLogic = Literal["and", "or"]
+
+
+class Unset:
+    """Type of `UNSET`: marks an argument the caller did not give (as opposed to an explicit None)."""
+
+    _instance: Optional[Unset] = None
+
+    def __new__(cls) -> Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = Unset()
+
+
+def is_unset(value: Any) -> bool:
+    return isinstance(value, Unset)
+
+
+class LightningStoreCapabilities(TypedDict, total=False):
+    """What a store guarantees: safe across threads/event loops, shared without copies, OTLP ingestion."""
+
+    thread_safe: bool
+    async_safe: bool
+    zero_copy: bool
+    otlp_traces: bool
+
+
+class LightningStoreStatistics(TypedDict, total=False):
+    name: str
+    total_rollouts: int
+    total_attempts: int
+    total_spans: int
+    total_resources: int
+    total_workers: int
+    uptime: float
+    total_span_bytes: int
+    eviction_threshold_bytes: int
+    safe_threshold_bytes: int
+    memory_capacity_bytes: int
+
+
+class LightningStore(ABC):
+    """Rollouts, attempts, spans, versioned resources and workers behind one async API.
+
+    Every backend (memory, SQLite, PostgreSQL, HTTP client) implements this contract and passes the
+    same conformance suite. Status rules are those of `agentlightning.store.utils`.
+    """
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=False, async_safe=False, zero_copy=False, otlp_traces=False)
+
+    async def statistics(self) -> LightningStoreStatistics:
+        raise NotImplementedError(f"{type(self).__name__} does not report statistics")
+
+    def otlp_traces_endpoint(self) -> str:
+        """URL (ending in /v1/traces) where this store accepts OTLP/HTTP spans."""
+        raise NotImplementedError(f"{type(self).__name__} does not accept OTLP traces")
+
+    async def close(self) -> None:
+        """Release connections and background resources. Idempotent."""
+
+    # ---- rollouts and the queue ----
+
+    @abstractmethod
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        worker_id: Optional[str] = None,
+    ) -> AttemptedRollout:
+        """Create a rollout in `preparing` with attempt #1, bypassing the queue."""
+
+    @abstractmethod
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+    ) -> Rollout:
+        """Append a new `queuing` rollout to the tail of the queue."""
+
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        """Enqueue several rollouts, preserving order."""
+        return [
+            await self.enqueue_rollout(
+                input=r.input, mode=r.mode, resources_id=r.resources_id, config=r.config, metadata=r.metadata
+            )
+            for r in rollouts
+        ]
+
+    @abstractmethod
+    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+        """Claim the head of the queue (FIFO) and create its next attempt; None when empty."""
+
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+        """Claim up to `limit` rollouts."""
+        claimed: list[AttemptedRollout] = []
+        for _ in range(max(limit, 0)):
+            rollout = await self.dequeue_rollout(worker_id=worker_id)
+            if rollout is None:
+                break
+            claimed.append(rollout)
+        return claimed
+
+    @abstractmethod
+    async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
+        """Create a new attempt for an existing rollout (manual retry)."""
+
+    @abstractmethod
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Optional[Sequence[RolloutStatus]] = None,
+        rollout_id_in: Optional[Sequence[str]] = None,
+        rollout_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+        status: Optional[Sequence[RolloutStatus]] = None,
+        rollout_ids: Optional[Sequence[str]] = None,
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """Rollouts matching the filters; those with attempts come back as `AttemptedRollout`."""
+
+    @abstractmethod
+    async def get_rollout_by_id(self, rollout_id: str) -> Optional[Union[Rollout, AttemptedRollout]]: ...
+
+    @abstractmethod
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: Any = UNSET,
+        mode: Any = UNSET,
+        resources_id: Any = UNSET,
+        status: Any = UNSET,
+        config: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Rollout:
+        """Change the given fields; status changes follow the queue rules (requeue, end time)."""
+
+    @abstractmethod
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
+        """Rollouts among `rollout_ids` that are terminal by the deadline, in input order.
+
+        `timeout=0` is a non-blocking snapshot; `None` waits until all are terminal. Unknown ids are omitted.
+        """
+
+    # ---- attempts ----
+
+    @abstractmethod
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]: ...
+
+    @abstractmethod
+    async def get_latest_attempt(self, rollout_id: str) -> Optional[Attempt]: ...
+
+    @abstractmethod
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: Any = UNSET,
+        worker_id: Any = UNSET,
+        last_heartbeat_time: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Attempt:
+        """Change an attempt (`attempt_id` may be "latest"); the latest attempt's status drives the rollout."""
+
+    # ---- spans ----
+
+    @abstractmethod
+    async def add_span(self, span: Span) -> Optional[Span]:
+        """Store a span of an existing rollout attempt; the span is also that attempt's heartbeat."""
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        stored: list[Span] = []
+        for span in spans:
+            result = await self.add_span(span)
+            if result is not None:
+                stored.append(result)
+        return stored
+
+    async def add_otel_span(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        readable_span: ReadableSpan,
+        sequence_id: Optional[int] = None,
+    ) -> Optional[Span]:
+        """Convert and store an OpenTelemetry span, allocating a sequence id when none is given."""
+        if sequence_id is None:
+            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        return await self.add_span(Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id))
+
+    @abstractmethod
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        """Next sequence id for a span of this rollout: 1, 2, 3, ... strictly increasing per rollout."""
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        return [await self.get_next_span_sequence_id(r, a) for r, a in rollout_attempt_ids]
+
+    @abstractmethod
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: Optional[str] = None,
+        *,
+        trace_id: Optional[str] = None,
+        trace_id_contains: Optional[str] = None,
+        span_id: Optional[str] = None,
+        span_id_contains: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        parent_id_contains: Optional[str] = None,
+        name: Optional[str] = None,
+        name_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        """Spans of a rollout; `attempt_id` may be None (all), "latest", or an id."""
+
+    # ---- resources ----
+
+    @abstractmethod
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        """Store a new resources bundle under a fresh id (version 1); it becomes the latest."""
+
+    @abstractmethod
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        """Upsert resources under `resources_id` (version 1 when new, else version + 1); becomes the latest."""
+
+    @abstractmethod
+    async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]: ...
+
+    @abstractmethod
+    async def get_latest_resources(self) -> Optional[ResourcesUpdate]: ...
+
+    @abstractmethod
+    async def query_resources(
+        self,
+        *,
+        resources_id: Optional[str] = None,
+        resources_id_contains: Optional[str] = None,
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]: ...
+
+    # ---- workers ----
+
+    @abstractmethod
+    async def query_workers(
+        self,
+        *,
+        status_in: Optional[Sequence[WorkerStatus]] = None,
+        worker_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]: ...
+
+    @abstractmethod
+    async def get_worker_by_id(self, worker_id: str) -> Optional[Worker]: ...
+
+    @abstractmethod
+    async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        """Record a worker heartbeat (upserting the worker). Not an attempt heartbeat."""

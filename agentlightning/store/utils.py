@@ -1,0 +1,216 @@
+"""Rules every store backend shares: status propagation, the watchdog check, ids and query validation.
+
+Backends keep their data however they like, but they decide *what* happens with these pure functions,
+so the state machine of SPEC 3.2 / Appendix B lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Optional, TypeVar
+
+from agentlightning.types import (
+    ATTEMPT_STATUSES,
+    QUEUING_ROLLOUT_STATUSES,
+    ROLLOUT_MODES,
+    ROLLOUT_STATUSES,
+    TERMINAL_ROLLOUT_STATUSES,
+    WORKER_STATUSES,
+    Attempt,
+    AttemptStatus,
+    RolloutConfig,
+    RolloutStatus,
+    WorkerStatus,
+)
+from agentlightning.utils.id import generate_id
+
+__all__ = [
+    "Clock",
+    "LATENCY_BUCKETS",
+    "SORTABLE_FIELDS",
+    "new_rollout_id",
+    "new_attempt_id",
+    "new_resources_id",
+    "rollout_status_from_attempt",
+    "unhealthy_attempt_status",
+    "worker_status_from_attempt",
+    "is_terminal",
+    "is_queuing",
+    "check_rollout_status",
+    "check_attempt_status",
+    "check_worker_status",
+    "check_mode",
+    "check_pagination",
+    "check_sort",
+    "check_filter_logic",
+    "sort_key",
+    "paginate",
+    "merge_status_filters",
+]
+
+Clock = Callable[[], float]
+"""Returns the current time in seconds; stores take one so tests can move time without sleeping."""
+
+LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+# Fields a query may sort by, per entity. Only scalar columns: sorting by a dict is meaningless.
+SORTABLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "rollout": ("rollout_id", "start_time", "end_time", "mode", "resources_id", "status"),
+    "attempt": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "start_time",
+        "end_time",
+        "status",
+        "worker_id",
+        "last_heartbeat_time",
+    ),
+    "span": (
+        "rollout_id",
+        "attempt_id",
+        "sequence_id",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "start_time",
+        "end_time",
+    ),
+    "resources": ("resources_id", "create_time", "update_time", "version"),
+    "worker": (
+        "worker_id",
+        "status",
+        "last_heartbeat_time",
+        "last_dequeue_time",
+        "last_busy_time",
+        "last_idle_time",
+        "current_rollout_id",
+        "current_attempt_id",
+    ),
+}
+
+T = TypeVar("T")
+
+
+def new_rollout_id() -> str:
+    return "ro-" + generate_id(12)
+
+
+def new_attempt_id() -> str:
+    return "at-" + generate_id(8)
+
+
+def new_resources_id() -> str:
+    return "rs-" + generate_id(12)
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_ROLLOUT_STATUSES
+
+
+def is_queuing(status: str) -> bool:
+    return status in QUEUING_ROLLOUT_STATUSES
+
+
+def rollout_status_from_attempt(attempt: Attempt, config: RolloutConfig) -> RolloutStatus:
+    """The rollout status implied by its latest attempt's status.
+
+    Failures (failed / timeout / unresponsive) requeue only when the status is listed in
+    `retry_condition` and attempts remain (`sequence_id < max_attempts`); otherwise the rollout fails.
+    """
+    status = attempt.status
+    if status in ("preparing", "running", "succeeded"):
+        return status  # type: ignore[return-value]
+    if status in config.retry_condition and attempt.sequence_id < config.max_attempts:
+        return "requeuing"
+    return "failed"
+
+
+def unhealthy_attempt_status(attempt: Attempt, config: RolloutConfig, now: float) -> Optional[AttemptStatus]:
+    """The watchdog verdict for a live attempt: "timeout", "unresponsive", or None when healthy.
+
+    Timeout counts from the attempt start; unresponsiveness from the last heartbeat (a span or an explicit
+    `last_heartbeat_time`), or from the start when there has been none.
+    """
+    if attempt.status not in ("preparing", "running"):
+        return None
+    if config.timeout_seconds is not None and now - attempt.start_time > config.timeout_seconds:
+        return "timeout"
+    if config.unresponsive_seconds is not None:
+        since = attempt.last_heartbeat_time if attempt.last_heartbeat_time is not None else attempt.start_time
+        if now - since > config.unresponsive_seconds:
+            return "unresponsive"
+    return None
+
+
+def worker_status_from_attempt(status: AttemptStatus) -> WorkerStatus:
+    if status in ("succeeded", "failed"):
+        return "idle"
+    if status in ("unresponsive", "timeout"):
+        return "unknown"
+    return "busy"
+
+
+def _check_choice(kind: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"invalid {kind} {value!r}; expected one of {', '.join(choices)}")
+
+
+def check_rollout_status(status: Any) -> None:
+    _check_choice("rollout status", status, ROLLOUT_STATUSES)
+
+
+def check_attempt_status(status: Any) -> None:
+    _check_choice("attempt status", status, ATTEMPT_STATUSES)
+
+
+def check_worker_status(status: Any) -> None:
+    _check_choice("worker status", status, WORKER_STATUSES)
+
+
+def check_mode(mode: Any) -> None:
+    if mode is not None:
+        _check_choice("rollout mode", mode, ROLLOUT_MODES)
+
+
+def check_pagination(limit: int, offset: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or (limit != -1 and limit <= 0):
+        raise ValueError(f"limit must be -1 (no limit) or a positive integer, got {limit!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
+
+
+def check_sort(entity: str, sort_by: Optional[str], sort_order: str) -> None:
+    if sort_order not in ("asc", "desc"):
+        raise ValueError(f"sort_order must be 'asc' or 'desc', got {sort_order!r}")
+    if sort_by is not None and sort_by not in SORTABLE_FIELDS[entity]:
+        raise ValueError(f"cannot sort {entity}s by {sort_by!r}; sortable fields: {', '.join(SORTABLE_FIELDS[entity])}")
+
+
+def check_filter_logic(filter_logic: str) -> None:
+    if filter_logic not in ("and", "or"):
+        raise ValueError(f"filter_logic must be 'and' or 'or', got {filter_logic!r}")
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Key that orders None before every value (so None is first ascending, last descending)."""
+    return (0, 0) if value is None else (1, value)
+
+
+def paginate(items: list[T], limit: int, offset: int) -> list[T]:
+    if limit == -1:
+        return items[offset:]
+    return items[offset : offset + limit]
+
+
+def merge_status_filters(primary: Optional[Iterable[str]], deprecated: Optional[Iterable[str]]) -> Optional[list[str]]:
+    """Combine a filter with its deprecated alias (`status` for `status_in`, `rollout_ids` for `rollout_id_in`)."""
+    if primary is None and deprecated is None:
+        return None
+    return list(primary or []) + [v for v in (deprecated or []) if v not in (primary or [])]
+
+
+def now_from(clock: Optional[Clock]) -> float:
+    return (clock or time.time)()

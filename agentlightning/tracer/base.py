@@ -1,0 +1,109 @@
+"""The Tracer contract and the process-wide active tracer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, Optional
+
+from agentlightning.types import Attributes, ParallelWorkerBase, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
+
+if TYPE_CHECKING:
+    from agentlightning.store.base import LightningStore
+
+__all__ = ["Tracer", "get_active_tracer", "set_active_tracer", "clear_active_tracer"]
+
+_active_tracer: Optional[Tracer] = None
+_active_lock = threading.Lock()
+
+
+def get_active_tracer() -> Optional[Tracer]:
+    """The tracer whose `trace_context` is currently open in this process, if any."""
+    return _active_tracer
+
+
+def set_active_tracer(tracer: Tracer) -> None:
+    global _active_tracer
+    with _active_lock:
+        _active_tracer = tracer
+
+
+def clear_active_tracer() -> None:
+    global _active_tracer
+    with _active_lock:
+        _active_tracer = None
+
+
+class Tracer(ParallelWorkerBase):
+    """Captures what an agent does as spans and delivers them to a store.
+
+    Lifecycle: `init()` once per process, `init_worker(worker_id, store)` per runner worker, then one
+    `trace_context(...)` per rollout attempt. Emitters find the tracer through `get_active_tracer()`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._store: Optional[LightningStore] = None
+
+    def init_worker(self, worker_id: int, store: Optional[LightningStore] = None) -> None:  # type: ignore[override]
+        super().init_worker(worker_id)
+        self._store = store
+
+    @property
+    def store(self) -> Optional[LightningStore]:
+        return self._store
+
+    @asynccontextmanager
+    async def trace_context(
+        self,
+        name: Optional[str] = None,
+        *,
+        store: Optional[LightningStore] = None,
+        rollout_id: Optional[str] = None,
+        attempt_id: Optional[str] = None,
+    ) -> AsyncIterator[Any]:
+        """Trace everything inside the block as part of one rollout attempt; the tracer is active meanwhile."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement trace_context")
+        yield  # pragma: no cover
+
+    def get_last_trace(self) -> list[Span]:
+        """Spans captured by the most recent `trace_context`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement get_last_trace")
+
+    def create_span(
+        self,
+        name: str,
+        attributes: Optional[Attributes] = None,
+        timestamp: Optional[float] = None,
+        status: Optional[TraceStatus] = None,
+    ) -> SpanCoreFields:
+        """Record an instant span (start == end) and return its core fields."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement create_span")
+
+    @contextmanager
+    def operation_context(
+        self,
+        name: str,
+        attributes: Optional[Attributes] = None,
+        start_time: Optional[float] = None,
+        end_time: Optional[float] = None,
+    ) -> Iterator[SpanRecordingContext]:
+        """Record a span covering the block; the yielded context records attributes, status, exceptions."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement operation_context")
+        yield  # pragma: no cover
+
+    def get_langchain_handler(self) -> Any:
+        """A LangChain callback handler feeding this tracer, or None when the tracer has none."""
+        return None
+
+    @contextmanager
+    def lifespan(self, store: Optional[LightningStore] = None) -> Iterator[Tracer]:
+        """Run `init`/`init_worker` and `teardown_worker`/`teardown` around a block, for scripts and tests."""
+        self.init()
+        self.init_worker(0, store)
+        try:
+            yield self
+        finally:
+            self.teardown_worker(0)
+            self.teardown()

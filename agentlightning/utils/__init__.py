@@ -1,0 +1,1 @@
+"""Small shared utilities (ids, OpenTelemetry helpers, system snapshots, server launching)."""
