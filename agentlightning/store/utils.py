@@ -186,7 +186,7 @@ def check_sort(entity: str, sort_by: Optional[str], sort_order: str) -> None:
     if sort_order not in ("asc", "desc"):
         raise ValueError(f"sort_order must be 'asc' or 'desc', got {sort_order!r}")
     if sort_by is not None and sort_by not in SORTABLE_FIELDS[entity]:
-        raise ValueError(f"cannot sort {entity}s by {sort_by!r}; sortable fields: {', '.join(SORTABLE_FIELDS[entity])}")
+        raise ValueError(f"cannot sort {entity} by {sort_by!r}; sortable fields: {', '.join(SORTABLE_FIELDS[entity])}")
 
 
 def check_filter_logic(filter_logic: str) -> None:

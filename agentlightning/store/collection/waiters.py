@@ -1,0 +1,71 @@
+"""Wake-ups for `wait_for_rollouts`: callers on any thread or event loop learn when a rollout finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable
+
+__all__ = ["CompletionWaiter", "CompletionWaiters"]
+
+
+class CompletionWaiter:
+    """One pending `wait_for_rollouts` call: an event on the caller's loop, set from any thread."""
+
+    def __init__(self, rollout_ids: Iterable[str]) -> None:
+        self.rollout_ids = frozenset(rollout_ids)
+        self.loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+
+    def wake(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.event.set()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.event.set)
+        except RuntimeError:
+            # The waiter's loop is closed: nobody is left to wake.
+            pass
+
+    async def wait(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.event.clear()
+
+
+class CompletionWaiters:
+    """Registry of waiters by rollout id; `notify` is cheap when nobody waits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_rollout: dict[str, set[CompletionWaiter]] = {}
+
+    def register(self, rollout_ids: Iterable[str]) -> CompletionWaiter:
+        waiter = CompletionWaiter(rollout_ids)
+        with self._lock:
+            for rollout_id in waiter.rollout_ids:
+                self._by_rollout.setdefault(rollout_id, set()).add(waiter)
+        return waiter
+
+    def unregister(self, waiter: CompletionWaiter) -> None:
+        with self._lock:
+            for rollout_id in waiter.rollout_ids:
+                waiters = self._by_rollout.get(rollout_id)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._by_rollout[rollout_id]
+
+    def notify(self, rollout_id: str) -> None:
+        if rollout_id not in self._by_rollout:
+            return
+        with self._lock:
+            waiters = list(self._by_rollout.get(rollout_id, ()))
+        for waiter in waiters:
+            waiter.wake()

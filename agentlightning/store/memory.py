@@ -1,0 +1,194 @@
+"""`InMemoryLightningStore`: the collection-based store on in-process dicts, with span memory accounting.
+
+Spans are the bulk of a store's memory. Each stored span is sized (by `span_size_estimator`); once the
+total passes the eviction threshold, the spans of the oldest rollouts are dropped until the total is
+under the safe threshold, and reading those rollouts' spans raises a RuntimeError that says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel
+
+from agentlightning.types import Span
+
+from .base import LightningStoreCapabilities, LightningStoreStatistics
+from .collection.base import LightningCollections
+from .collection.memory import InMemoryLightningCollections
+from .collection.store import CollectionBasedLightningStore
+from .utils import Clock
+
+__all__ = ["InMemoryLightningStore", "estimate_model_size"]
+
+Threshold = Union[int, float]
+
+_ATOMIC_SIZES = {
+    type(None): sys.getsizeof(None),
+    bool: sys.getsizeof(True),
+    int: sys.getsizeof(0),
+    float: sys.getsizeof(0.0),
+}
+
+
+def estimate_model_size(obj: Any) -> int:
+    """Approximate bytes held by a model (or any nesting of dicts, lists and scalars).
+
+    Counts each object's own size plus what it contains; fast enough to run on every stored span.
+    """
+    size = _ATOMIC_SIZES.get(type(obj))
+    if size is not None:
+        return size
+    if isinstance(obj, str):
+        return 49 + len(obj)
+    if isinstance(obj, BaseModel):
+        total = 56 + estimate_model_size(obj.__dict__)
+        extra = obj.__pydantic_extra__
+        if extra:
+            total += estimate_model_size(extra)
+        return total
+    if isinstance(obj, dict):
+        total = sys.getsizeof(obj)
+        for key, value in obj.items():
+            total += estimate_model_size(key) + estimate_model_size(value)
+        return total
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        total = sys.getsizeof(obj)
+        for value in obj:
+            total += estimate_model_size(value)
+        return total
+    return sys.getsizeof(obj)
+
+
+def _system_memory_bytes() -> int:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return 8 * 1024**3
+
+
+def _resolve_threshold(name: str, value: Threshold, capacity: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be bytes (int) or a fraction of memory (float), got {value!r}")
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"{name} as a fraction of system memory must be in (0, 1], got {value}")
+        return int(value * capacity)
+    if value <= 0:
+        raise ValueError(f"{name} in bytes must be positive, got {value}")
+    return value
+
+
+class InMemoryLightningStore(CollectionBasedLightningStore):
+    """A store held in this process: fast, not durable, evicts old spans under memory pressure.
+
+    Args:
+        thread_safe: serialise calls from several threads with a lock (async use needs none).
+        eviction_memory_threshold: span bytes that trigger eviction; int = bytes, float = fraction of
+            system memory; default 70 % of system memory.
+        safe_memory_threshold: eviction stops below this; same units; default 80 % of the eviction one.
+        span_size_estimator: bytes of one span; default `estimate_model_size`.
+        tracker, scan_debounce_seconds, clock: as for `CollectionBasedLightningStore`.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_safe: bool = False,
+        eviction_memory_threshold: Optional[Threshold] = None,
+        safe_memory_threshold: Optional[Threshold] = None,
+        span_size_estimator: Optional[Callable[[Span], int]] = None,
+        tracker: Any = None,
+        scan_debounce_seconds: float = 10.0,
+        clock: Optional[Clock] = None,
+    ) -> None:
+        self._memory_collections = InMemoryLightningCollections(thread_safe=thread_safe)
+        super().__init__(
+            self._memory_collections,
+            read_snapshot=thread_safe,
+            tracker=tracker,
+            scan_debounce_seconds=scan_debounce_seconds,
+            clock=clock,
+        )
+        self._thread_safe = thread_safe
+        self._memory_capacity = _system_memory_bytes()
+        self._eviction_threshold = _resolve_threshold(
+            "eviction_memory_threshold",
+            0.7 if eviction_memory_threshold is None else eviction_memory_threshold,
+            self._memory_capacity,
+        )
+        self._safe_threshold = (
+            int(self._eviction_threshold * 0.8)
+            if safe_memory_threshold is None
+            else _resolve_threshold("safe_memory_threshold", safe_memory_threshold, self._memory_capacity)
+        )
+        if self._safe_threshold > self._eviction_threshold:
+            raise ValueError(
+                f"safe_memory_threshold ({self._safe_threshold} bytes) must not exceed "
+                f"eviction_memory_threshold ({self._eviction_threshold} bytes)"
+            )
+        self._span_size = span_size_estimator or estimate_model_size
+        self._span_bytes_total = 0
+        self._span_bytes_by_rollout: dict[str, int] = {}
+        self._evicted_rollouts: set[str] = set()
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(
+            thread_safe=self._thread_safe, async_safe=True, zero_copy=False, otlp_traces=False
+        )
+
+    async def _store_spans(self, c: LightningCollections, spans: list[Span]) -> list[Span]:
+        spans_collection = self._memory_collections.spans
+        stored: list[Span] = []
+        for span in spans:
+            rollout_id = span.rollout_id
+            if rollout_id in self._evicted_rollouts:
+                continue  # the rollout's earlier spans are gone; a partial trace would mislead readers
+            size = self._span_size(span)
+            previous = spans_collection.get_nowait((rollout_id, span.attempt_id, span.span_id))
+            if previous is not None:
+                size -= self._span_size(previous)
+            await spans_collection.upsert(span)
+            self._span_bytes_total += size
+            self._span_bytes_by_rollout[rollout_id] = self._span_bytes_by_rollout.get(rollout_id, 0) + size
+            stored.append(span)
+        if self._span_bytes_total > self._eviction_threshold:
+            await self._evict_spans()
+        return stored
+
+    async def _evict_spans(self) -> None:
+        """Drop whole rollouts' spans, oldest rollout first, until under the safe threshold."""
+        rollouts = self._memory_collections.rollouts
+        spans = self._memory_collections.spans
+
+        def start_time(rollout_id: str) -> float:
+            rollout = rollouts.get_nowait(rollout_id)
+            return rollout.start_time if rollout is not None else float("-inf")
+
+        for rollout_id in sorted(self._span_bytes_by_rollout, key=start_time):
+            if self._span_bytes_total <= self._safe_threshold:
+                break
+            for key in spans.keys_where("rollout_id", rollout_id):
+                await spans.delete(key)
+            self._span_bytes_total -= self._span_bytes_by_rollout.pop(rollout_id)
+            self._evicted_rollouts.add(rollout_id)
+
+    async def _check_spans_readable(self, c: LightningCollections, rollout_id: str) -> None:
+        if rollout_id in self._evicted_rollouts:
+            raise RuntimeError(
+                f"spans of rollout {rollout_id!r} were evicted to stay under the memory threshold "
+                f"({self._eviction_threshold} bytes); raise eviction_memory_threshold or use a durable store"
+            )
+
+    async def statistics(self) -> LightningStoreStatistics:
+        stats = await super().statistics()
+        stats["total_span_bytes"] = self._span_bytes_total
+        stats["eviction_threshold_bytes"] = self._eviction_threshold
+        stats["safe_threshold_bytes"] = self._safe_threshold
+        stats["memory_capacity_bytes"] = self._memory_capacity
+        return stats

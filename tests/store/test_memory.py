@@ -1,0 +1,198 @@
+"""InMemoryLightningStore specifics: capabilities, thresholds, span eviction, statistics, tracking."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Optional
+
+import pytest
+
+from agentlightning.store import InMemoryLightningStore
+from agentlightning.store.memory import estimate_model_size
+from agentlightning.types import EnqueueRolloutRequest, Span
+
+from .backends import FakeClock
+from .factories import span_of, stats_of
+
+
+def fixed_size(_: Span) -> int:
+    return 100
+
+
+def make_store(clock: FakeClock, **kwargs: Any) -> InMemoryLightningStore:
+    return InMemoryLightningStore(clock=clock, scan_debounce_seconds=0, **kwargs)
+
+
+def test_capabilities_follow_thread_safe() -> None:
+    assert InMemoryLightningStore().capabilities == {
+        "thread_safe": False,
+        "async_safe": True,
+        "zero_copy": False,
+        "otlp_traces": False,
+    }
+    assert InMemoryLightningStore(thread_safe=True).capabilities.get("thread_safe") is True
+
+
+async def test_default_thresholds_come_from_system_memory() -> None:
+    stats = await stats_of(InMemoryLightningStore())
+    capacity = stats["memory_capacity_bytes"]
+    assert capacity > 0
+    assert stats["eviction_threshold_bytes"] == int(capacity * 0.7)
+    assert stats["safe_threshold_bytes"] == int(stats["eviction_threshold_bytes"] * 0.8)
+    assert stats["total_span_bytes"] == 0
+
+
+async def test_thresholds_accept_bytes_or_fractions() -> None:
+    stats = await stats_of(InMemoryLightningStore(eviction_memory_threshold=5000, safe_memory_threshold=4000))
+    assert (stats["eviction_threshold_bytes"], stats["safe_threshold_bytes"]) == (5000, 4000)
+    ratio = await stats_of(InMemoryLightningStore(eviction_memory_threshold=0.5, safe_memory_threshold=0.25))
+    capacity = ratio["memory_capacity_bytes"]
+    assert ratio["eviction_threshold_bytes"] == int(capacity * 0.5)
+    assert ratio["safe_threshold_bytes"] == int(capacity * 0.25)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"eviction_memory_threshold": 0}, "eviction_memory_threshold"),
+        ({"eviction_memory_threshold": 1.5}, "eviction_memory_threshold"),
+        ({"eviction_memory_threshold": "1GB"}, "eviction_memory_threshold"),
+        ({"eviction_memory_threshold": True}, "eviction_memory_threshold"),
+        ({"eviction_memory_threshold": 1000, "safe_memory_threshold": 2000}, "safe_memory_threshold"),
+        ({"scan_debounce_seconds": -1}, "scan_debounce_seconds"),
+    ],
+)
+def test_bad_thresholds_are_refused(kwargs: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        InMemoryLightningStore(**kwargs)
+
+
+async def test_spans_of_the_oldest_rollouts_are_evicted(clock: FakeClock) -> None:
+    store = make_store(clock, eviction_memory_threshold=1000, safe_memory_threshold=600, span_size_estimator=fixed_size)
+    rollouts = []
+    for i in range(3):
+        rollouts.append(await store.start_rollout(input=i))
+        clock.advance(1)
+    old, middle, new = rollouts
+    await store.add_many_spans([span_of(old, k) for k in range(4)])
+    await store.add_many_spans([span_of(middle, k) for k in range(3)])
+    await store.add_many_spans([span_of(new, k) for k in range(3)])
+    assert (await stats_of(store))["total_span_bytes"] == 1000
+    await store.add_span(span_of(new, 3))  # 1100 > 1000: evict oldest until <= 600
+    stats = await stats_of(store)
+    assert stats["total_span_bytes"] == 400
+    assert stats["total_spans"] == 4
+    for evicted in (old, middle):
+        with pytest.raises(RuntimeError, match=evicted.rollout_id):
+            await store.query_spans(evicted.rollout_id)
+    assert (await store.query_spans(new.rollout_id)).total == 4
+
+
+async def test_eviction_orders_by_rollout_start_time(clock: FakeClock) -> None:
+    store = make_store(clock, eviction_memory_threshold=300, safe_memory_threshold=200, span_size_estimator=fixed_size)
+    first = await store.start_rollout(input=1)
+    clock.advance(1)
+    second = await store.start_rollout(input=2)
+    # The younger rollout writes first; eviction still goes by start time.
+    await store.add_many_spans([span_of(second, 1), span_of(second, 2)])
+    await store.add_many_spans([span_of(first, 1), span_of(first, 2)])
+    with pytest.raises(RuntimeError, match=first.rollout_id):
+        await store.query_spans(first.rollout_id)
+    assert (await store.query_spans(second.rollout_id)).total == 2
+
+
+async def test_spans_for_an_evicted_rollout_are_dropped_but_still_heartbeats(clock: FakeClock) -> None:
+    store = make_store(clock, eviction_memory_threshold=200, safe_memory_threshold=100, span_size_estimator=fixed_size)
+    old = await store.start_rollout(input=1)
+    clock.advance(1)
+    new = await store.start_rollout(input=2)
+    await store.add_many_spans([span_of(old, 1), span_of(old, 2), span_of(new, 1)])
+    clock.advance(5)
+    assert await store.add_span(span_of(old, 3)) is None
+    attempt = await store.get_latest_attempt(old.rollout_id)
+    assert attempt is not None and attempt.last_heartbeat_time == clock.now and attempt.status == "running"
+    assert (await stats_of(store))["total_span_bytes"] == 100
+
+
+async def test_re_added_span_is_not_counted_twice(clock: FakeClock) -> None:
+    sizes = iter([100, 300, 100])  # first add; the replacement; the replaced span re-estimated
+
+    def size(_: Span) -> int:
+        return next(sizes)
+
+    store = make_store(clock, span_size_estimator=size)
+    started = await store.start_rollout(input=1)
+    span = span_of(started, 1)
+    await store.add_span(span)
+    # Replacing costs the new size (300) minus the old one (re-estimated: 100).
+    await store.add_span(span.model_copy(update={"name": "renamed"}))
+    assert (await stats_of(store))["total_span_bytes"] == 300
+
+
+def test_estimate_model_size_grows_with_content() -> None:
+    small = Span.from_attributes(attributes={"k": "v"})
+    large = Span.from_attributes(attributes={"k": "v" * 10_000, "list": list(range(100))})
+    assert 0 < estimate_model_size(small) < estimate_model_size(large)
+    assert estimate_model_size(large) > 10_000
+    assert estimate_model_size({"a": [1, 2.0, None, True]}) > estimate_model_size({})
+
+
+class RecordingTracker:
+    """The metrics-backend surface the store uses, recording calls."""
+
+    def __init__(self) -> None:
+        self.counters: dict[tuple[str, str, str], float] = {}
+        self.observed: list[tuple[str, float]] = []
+        self.registered: list[str] = []
+
+    def register_counter(self, name: str, label_names: Any = (), description: str = "") -> None:
+        self.registered.append(name)
+
+    def register_histogram(self, name: str, label_names: Any = (), buckets: Any = None, description: str = "") -> None:
+        self.registered.append(name)
+
+    def inc_counter(self, name: str, amount: float = 1.0, labels: Optional[dict[str, str]] = None) -> None:
+        assert labels is not None
+        key = (name, labels["method"], labels["status"])
+        self.counters[key] = self.counters.get(key, 0) + amount
+
+    def observe_histogram(self, name: str, value: float, labels: Optional[dict[str, str]] = None) -> None:
+        self.observed.append((name, value))
+
+
+async def test_every_call_is_tracked(clock: FakeClock) -> None:
+    tracker = RecordingTracker()
+    store = make_store(clock, tracker=tracker)
+    assert "agl.rollouts.total" in tracker.registered and "agl.spans.duration" in tracker.registered
+    started = await store.start_rollout(input=1)
+    await store.add_span(span_of(started, 1))
+    with pytest.raises(ValueError):
+        await store.update_rollout("ro-missing", status="failed")
+    assert tracker.counters[("agl.rollouts.total", "start_rollout", "ok")] == 1
+    assert tracker.counters[("agl.spans.total", "add_span", "ok")] == 1
+    assert tracker.counters[("agl.rollouts.total", "update_rollout", "error")] == 1
+    assert all(value >= 0 for _, value in tracker.observed)
+
+
+async def test_thread_safe_store_serves_threads_with_their_own_loops(clock: FakeClock) -> None:
+    store = make_store(clock, thread_safe=True)
+    created = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(200)])
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        async def loop() -> None:
+            while (rollout := await store.dequeue_rollout()) is not None:
+                await store.add_span(span_of(rollout, 1))
+                await store.update_attempt(rollout.rollout_id, "latest", status="succeeded")
+                with lock:
+                    claimed.append(rollout.rollout_id)
+
+        asyncio.run(loop())
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    await asyncio.to_thread(lambda: ([t.start() for t in threads], [t.join() for t in threads]))
+    assert sorted(claimed) == sorted(r.rollout_id for r in created)
+    assert (await store.query_rollouts(status_in=["succeeded"])).total == 200
+    assert (await stats_of(store))["total_spans"] == 200
