@@ -1,5 +1,46 @@
 """LightningStore: the contract and its backends."""
 
-from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["UNSET", "Unset", "LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
+from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset
+from .collection import CollectionBasedLightningStore
+from .memory import InMemoryLightningStore
+from .threading import LightningStoreThreaded
+
+if TYPE_CHECKING:
+    from .client import LightningStoreClient
+    from .postgres import PostgresLightningStore
+    from .server import LightningStoreServer
+    from .sqlite import SqliteLightningStore
+
+__all__ = [
+    "UNSET",
+    "Unset",
+    "LightningStore",
+    "LightningStoreCapabilities",
+    "LightningStoreStatistics",
+    "CollectionBasedLightningStore",
+    "InMemoryLightningStore",
+    "LightningStoreThreaded",
+    "LightningStoreServer",
+    "LightningStoreClient",
+    "SqliteLightningStore",
+    "PostgresLightningStore",
+]
+
+# HTTP pieces load on first use so `import agentlightning.store` does not import fastapi/aiohttp.
+# SQL backends too: PostgreSQL needs the optional psycopg extra.
+_LAZY = {
+    "LightningStoreServer": ".server",
+    "LightningStoreClient": ".client",
+    "SqliteLightningStore": ".sqlite",
+    "PostgresLightningStore": ".postgres",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

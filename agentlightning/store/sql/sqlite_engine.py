@@ -1,0 +1,181 @@
+"""SQLite engine: one connection on one dedicated thread; every transaction runs there start to finish.
+
+Durability: the database uses WAL journaling with `synchronous=NORMAL` by default. A transaction whose
+COMMIT returned is in the WAL file, so it survives the process being killed (SIGKILL included); only an
+operating-system crash or power loss may lose the last few commits. Pass `synchronous="FULL"` to fsync
+every commit and survive those too, at a large cost in write throughput.
+
+Several processes may open the same file: write transactions start with `BEGIN IMMEDIATE`, which takes
+SQLite's single write lock up front (waiting up to `busy_timeout_seconds`), so two processes never see
+the same queue head and no transaction fails half-way on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Literal, Optional, TypeVar
+
+from .dialect import SQLITE
+from .engine import Row, SqlEngine, TransactionBody, run_without_suspending
+from .schema import schema_statements
+
+__all__ = ["SqliteEngine", "SqliteSynchronous"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SqliteSynchronous = Literal["NORMAL", "FULL"]
+
+# Waiting for another process's write lock: SQLite's own busy handler sleeps up to 100 ms between tries,
+# which wastes most of the time under contention; we retry with short jittered sleeps instead.
+_RETRY_FIRST_SLEEP = 0.0005
+_RETRY_MAX_SLEEP = 0.005
+
+
+class _SqliteTransaction:
+    """`SqlTransaction` over a sqlite3 connection; its coroutines complete without suspending."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(SQLITE.render(sql), params).rowcount
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._conn.executemany(SQLITE.render(sql), rows)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Optional[Row]:
+        return self._conn.execute(SQLITE.render(sql), params).fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._conn.execute(SQLITE.render(sql), params).fetchall()
+
+
+class SqliteEngine(SqlEngine):
+    """Runs transaction bodies on a private thread holding the only connection this object uses."""
+
+    dialect = SQLITE
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_seconds: float = 30.0,
+        synchronous: SqliteSynchronous = "NORMAL",
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if busy_timeout_seconds < 0:
+            raise ValueError(f"busy_timeout_seconds must be >= 0, got {busy_timeout_seconds}")
+        self.path = os.fspath(path)
+        self.busy_timeout_seconds = busy_timeout_seconds
+        self.synchronous = synchronous
+        self._guard = threading.Lock()
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self._conn: Optional[sqlite3.Connection] = None
+        self._pid = os.getpid()
+
+    def _ensure_executor(self) -> ThreadPoolExecutor:
+        with self._guard:
+            if self._pid != os.getpid():
+                # Forked: the parent's thread and connection do not exist here; open our own.
+                self._executor, self._conn, self._pid = None, None, os.getpid()
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-sqlite")
+            return self._executor
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            directory = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(directory, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path,
+            timeout=0,  # lock waits are retried by _with_lock_retry, bounded by busy_timeout_seconds
+            isolation_level=None,  # we issue BEGIN / COMMIT ourselves
+            check_same_thread=True,
+            uri=self.path.startswith("file:"),
+        )
+        try:
+            self._with_lock_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            self._with_lock_retry(lambda: self._create_schema(conn))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _create_schema(conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in schema_statements(SQLITE):
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _with_lock_retry(self, action: Callable[[], T]) -> T:
+        """Run `action`, retrying while another connection holds the lock, for up to busy_timeout_seconds."""
+        deadline = time.monotonic() + self.busy_timeout_seconds
+        pause = _RETRY_FIRST_SLEEP
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() + pause > deadline:
+                    raise sqlite3.OperationalError(
+                        f"{exc} (waited {self.busy_timeout_seconds} s for {self.path!r}; another process holds "
+                        "its write lock - raise busy_timeout_seconds if that is expected)"
+                    ) from exc
+                time.sleep(pause * random.uniform(0.5, 1.5))
+                pause = min(pause * 2, _RETRY_MAX_SLEEP)
+
+    def _run_on_thread(self, body: TransactionBody[T], write: bool) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        conn = self._conn
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = run_without_suspending(body(_SqliteTransaction(conn)))  # type: ignore[arg-type]
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._with_lock_retry(attempt)
+
+    async def run(self, body: TransactionBody[T], *, write: bool) -> T:
+        executor = self._ensure_executor()
+        return await asyncio.wrap_future(executor.submit(self._run_on_thread, body, write))
+
+    def _close_on_thread(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def close(self) -> None:
+        with self._guard:
+            executor, self._executor = self._executor, None
+            owned = self._pid == os.getpid()
+        if executor is None or not owned:
+            return
+        await asyncio.wrap_future(executor.submit(self._close_on_thread))
+        executor.shutdown(wait=False)

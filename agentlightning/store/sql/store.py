@@ -1,0 +1,684 @@
+"""`SqlLightningStore`: the LightningStore contract over any `SqlEngine` (SQLite, PostgreSQL).
+
+Every public call is one database transaction built from `StoreTransaction` steps, so a call is atomic
+even when several processes share the database. Completions made through this object wake
+`wait_for_rollouts` callers at once; completions by other processes are seen by polling every
+`wait_poll_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Sequence
+from typing import Any, Callable, Optional, TypeVar, Union
+
+from agentlightning.types import (
+    Attempt,
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    Span,
+    TaskInput,
+    Worker,
+    WorkerStatus,
+)
+from agentlightning.types.resources import validate_named_resources
+
+from ..base import (
+    UNSET,
+    FilterLogic,
+    LightningStore,
+    LightningStoreCapabilities,
+    LightningStoreStatistics,
+    SortOrder,
+    is_unset,
+)
+from ..collection.store import _coerce_config, _coerce_metadata, _coerce_span
+from ..collection.tracking import register_store_metrics, tracked
+from ..collection.waiters import CompletionWaiters
+from ..utils import (
+    Clock,
+    check_attempt_status,
+    check_filter_logic,
+    check_mode,
+    check_pagination,
+    check_rollout_status,
+    check_sort,
+    check_worker_status,
+    is_terminal,
+    merge_status_filters,
+    new_resources_id,
+    new_rollout_id,
+    unhealthy_attempt_status,
+)
+from ..watchdog import Watchdog, healthcheck_before
+from . import reads
+from .codec import to_json
+from .engine import SqlEngine, SqlTransaction
+from .query import Where
+from .transaction import RolloutRecord, StoreTransaction
+
+__all__ = ["SqlLightningStore"]
+
+T = TypeVar("T")
+
+
+class SqlLightningStore(LightningStore):
+    """The full store contract on a SQL database; subclasses pick the engine (SQLite, PostgreSQL).
+
+    Args:
+        engine: runs transactions against the database.
+        scan_debounce_seconds: minimum time between watchdog scans (0 = scan before every call).
+        clock: time source in seconds (tests inject a fake one); defaults to `time.time`.
+        tracker: optional metrics backend; every public method reports `agl.<group>.total/duration`.
+    """
+
+    wait_poll_seconds: float = 0.5
+    """How often `wait_for_rollouts` re-reads the database for completions made by other processes."""
+
+    def __init__(
+        self,
+        engine: SqlEngine,
+        *,
+        scan_debounce_seconds: float = 10.0,
+        clock: Optional[Clock] = None,
+        tracker: Any = None,
+    ) -> None:
+        self._engine = engine
+        self._clock: Clock = clock or time.time
+        self._tracker = tracker
+        if tracker is not None:
+            register_store_metrics(tracker)
+        self._watchdog = Watchdog(self._scan_unhealthy, clock=self._clock, debounce_seconds=scan_debounce_seconds)
+        self._waiters = CompletionWaiters()
+        self._started_at = self._clock()
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=False)
+
+    async def close(self) -> None:
+        await self._engine.close()
+
+    # ---- running transactions ----
+
+    async def _write(self, step: Callable[[StoreTransaction], Awaitable[T]], now: Optional[float] = None) -> T:
+        at = self._clock() if now is None else now
+        finished: list[str] = []
+
+        async def body(tx: SqlTransaction) -> T:
+            st = StoreTransaction(tx, at)
+            result = await step(st)
+            finished[:] = st.finished
+            return result
+
+        result = await self._engine.run(body, write=True)
+        for rollout_id in finished:
+            self._waiters.notify(rollout_id)
+        return result
+
+    async def _read(self, step: Callable[[StoreTransaction], Awaitable[T]]) -> T:
+        now = self._clock()
+
+        async def body(tx: SqlTransaction) -> T:
+            return await step(StoreTransaction(tx, now))
+
+        return await self._engine.run(body, write=False)
+
+    # ---- the watchdog ----
+
+    async def _scan_unhealthy(self, now: float) -> None:
+        """Mark latest attempts of live rollouts that exceeded their timeout / went silent."""
+
+        async def find(st: StoreTransaction) -> list[str]:
+            return await reads.unhealthy_rollout_ids(st, now)
+
+        candidates = await self._read(find)
+        if not candidates:
+            return
+
+        async def mark(st: StoreTransaction) -> None:
+            # Re-check under lock: another process (or call) may have finished or marked them meanwhile.
+            for rollout_id in candidates:
+                record = await st.get_rollout(rollout_id, lock=True)
+                if record is None or record.rollout.status not in ("preparing", "running"):
+                    continue
+                attempt = await st.latest_attempt(rollout_id, lock=True)
+                if attempt is None:
+                    continue
+                verdict = unhealthy_attempt_status(attempt, record.rollout.config, now)
+                if verdict is not None:
+                    await st.update_attempt(record, attempt, {"status": verdict})
+
+        await self._write(mark, now)
+
+    # ---- rollouts and the queue ----
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        worker_id: Optional[str] = None,
+    ) -> AttemptedRollout:
+        check_mode(mode)
+        config_ = _coerce_config(config)
+        metadata_ = _coerce_metadata(metadata)
+
+        async def step(st: StoreTransaction) -> AttemptedRollout:
+            rollout = Rollout.model_construct(
+                rollout_id=new_rollout_id(),
+                input=input,
+                start_time=st.now,
+                end_time=None,
+                mode=mode,
+                resources_id=await st.resolve_resources_id(resources_id),
+                status="preparing",
+                config=config_,
+                metadata=metadata_,
+            )
+            await st.insert_rollouts([rollout])
+            return await st.new_attempt(RolloutRecord(rollout, 0), worker_id)
+
+        return await self._write(step)
+
+    async def _enqueue_many(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        prepared = []
+        for request in requests:
+            check_mode(request.mode)
+            prepared.append((request, _coerce_config(request.config), _coerce_metadata(request.metadata)))
+
+        async def step(st: StoreTransaction) -> list[Rollout]:
+            rollouts: list[Rollout] = []
+            for request, config, metadata in prepared:
+                rollouts.append(
+                    Rollout.model_construct(
+                        rollout_id=new_rollout_id(),
+                        input=request.input,
+                        start_time=st.now,
+                        end_time=None,
+                        mode=request.mode,
+                        resources_id=await st.resolve_resources_id(request.resources_id),
+                        status="queuing",
+                        config=config,
+                        metadata=metadata,
+                    )
+                )
+            await st.insert_rollouts(rollouts)
+            return [r.model_copy() for r in rollouts]
+
+        return await self._write(step)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+    ) -> Rollout:
+        request = EnqueueRolloutRequest.model_construct(
+            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+        )
+        return (await self._enqueue_many([request]))[0]
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        requests = [
+            r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r) for r in rollouts
+        ]
+        if not requests:
+            return []
+        return await self._enqueue_many(requests)
+
+    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+        async def step(st: StoreTransaction) -> list[AttemptedRollout]:
+            return await st.claim_from_queue(limit, worker_id)
+
+        return await self._write(step)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+        claimed = await self._dequeue(1, worker_id)
+        return claimed[0] if claimed else None
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise ValueError(f"limit must be an integer, got {limit!r}")
+        if limit <= 0:
+            return []
+        return await self._dequeue(limit, worker_id)
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
+        async def step(st: StoreTransaction) -> AttemptedRollout:
+            return await st.new_attempt(await st.require_rollout(rollout_id), worker_id)
+
+        return await self._write(step)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Optional[Sequence[RolloutStatus]] = None,
+        rollout_id_in: Optional[Sequence[str]] = None,
+        rollout_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+        status: Optional[Sequence[RolloutStatus]] = None,
+        rollout_ids: Optional[Sequence[str]] = None,
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        check_filter_logic(filter_logic)
+        check_sort("rollout", sort_by, sort_order)
+        check_pagination(limit, offset)
+        statuses = merge_status_filters(status_in, status)
+        for value in statuses or []:
+            check_rollout_status(value)
+        ids = merge_status_filters(rollout_id_in, rollout_ids)
+        where = Where(self._engine.dialect, filter_logic)
+        where.field(where.within("r.status", statuses))
+        where.field(where.within("r.rollout_id", ids), where.contains("r.rollout_id", rollout_id_contains))
+
+        async def step(st: StoreTransaction) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+            return await reads.rollouts_page(st, where, sort_by, sort_order, limit, offset)
+
+        return await self._read(step)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def get_rollout_by_id(self, rollout_id: str) -> Optional[Union[Rollout, AttemptedRollout]]:
+        async def step(st: StoreTransaction) -> Optional[Rollout]:
+            return await reads.rollout_by_id(st, rollout_id)
+
+        return await self._read(step)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: Any = UNSET,
+        mode: Any = UNSET,
+        resources_id: Any = UNSET,
+        status: Any = UNSET,
+        config: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Rollout:
+        changes: dict[str, Any] = {}
+        if not is_unset(input):
+            to_json(input)  # fail before the transaction when the input cannot be stored
+            changes["input"] = input
+        if not is_unset(mode):
+            check_mode(mode)
+            changes["mode"] = mode
+        if not is_unset(status):
+            check_rollout_status(status)
+        if not is_unset(config):
+            if config is None:
+                raise ValueError("config may not be None; pass a RolloutConfig (or leave it out)")
+            changes["config"] = _coerce_config(config)
+        if not is_unset(metadata):
+            changes["metadata"] = _coerce_metadata(metadata)
+
+        async def step(st: StoreTransaction) -> Rollout:
+            record = await st.require_rollout(rollout_id)
+            step_changes = dict(changes)
+            if not is_unset(resources_id):
+                step_changes["resources_id"] = (
+                    None if resources_id is None else await st.resolve_resources_id(resources_id)
+                )
+            new_status = record.rollout.status if is_unset(status) else status
+            return await st.set_rollout_status(record.rollout, new_status, **step_changes)
+
+        updated = await self._write(step)
+        return updated.model_copy()
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        ids = list(rollout_ids)
+        if timeout == 0:
+            return (await self._finished(ids))[0]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiter = self._waiters.register(ids)
+        try:
+            while True:
+                finished, pending = await self._finished(ids)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not pending or (remaining is not None and remaining <= 0):
+                    return finished
+                slice_ = self.wait_poll_seconds if remaining is None else min(remaining, self.wait_poll_seconds)
+                await waiter.wait(slice_)
+                await self._watchdog.maybe_scan()
+        finally:
+            self._waiters.unregister(waiter)
+
+    async def _finished(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
+        """Terminal rollouts among the ids (input order) and whether any known one is still pending."""
+
+        async def step(st: StoreTransaction) -> dict[str, Rollout]:
+            return await reads.rollouts_by_ids(st, rollout_ids)
+
+        by_id = await self._read(step)
+        finished: list[Rollout] = []
+        pending = False
+        for rollout_id in rollout_ids:
+            rollout = by_id.get(rollout_id)
+            if rollout is None:
+                continue
+            if is_terminal(rollout.status):
+                finished.append(rollout.model_copy())
+            else:
+                pending = True
+        return finished, pending
+
+    # ---- attempts ----
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        check_sort("attempt", sort_by, sort_order)
+        check_pagination(limit, offset)
+        where = Where(self._engine.dialect).require(("rollout_id = ?", [rollout_id]))
+
+        async def step(st: StoreTransaction) -> PaginatedResult[Attempt]:
+            return await reads.attempts_page(st, where, sort_by, sort_order, limit, offset)
+
+        return await self._read(step)
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def get_latest_attempt(self, rollout_id: str) -> Optional[Attempt]:
+        async def step(st: StoreTransaction) -> Optional[Attempt]:
+            return await st.latest_attempt(rollout_id)
+
+        return await self._read(step)
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: Any = UNSET,
+        worker_id: Any = UNSET,
+        last_heartbeat_time: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Attempt:
+        changes: dict[str, Any] = {}
+        if not is_unset(status):
+            check_attempt_status(status)
+            changes["status"] = status
+        if not is_unset(worker_id):
+            if worker_id is not None and not isinstance(worker_id, str):
+                raise ValueError(f"worker_id must be a string or None, got {type(worker_id).__name__}")
+            changes["worker_id"] = worker_id
+        if not is_unset(last_heartbeat_time):
+            if last_heartbeat_time is not None and (
+                not isinstance(last_heartbeat_time, (int, float)) or isinstance(last_heartbeat_time, bool)
+            ):
+                raise ValueError(f"last_heartbeat_time must be a number or None, got {last_heartbeat_time!r}")
+            changes["last_heartbeat_time"] = last_heartbeat_time
+        if not is_unset(metadata):
+            changes["metadata"] = _coerce_metadata(metadata)
+
+        async def step(st: StoreTransaction) -> Attempt:
+            record = await st.require_rollout(rollout_id)
+            attempt = await st.require_attempt(rollout_id, attempt_id)
+            new_worker = changes.get("worker_id")
+            if new_worker is not None and new_worker != attempt.worker_id:
+                await st.claim_for_worker(attempt.model_copy(update={"worker_id": new_worker}))
+            return await st.update_attempt(record, attempt, dict(changes))
+
+        return await self._write(step)
+
+    # ---- spans ----
+
+    @tracked("spans")
+    @healthcheck_before
+    async def add_span(self, span: Span) -> Optional[Span]:
+        spans = [_coerce_span(span)]
+
+        async def step(st: StoreTransaction) -> list[Span]:
+            return await st.insert_spans(spans)
+
+        stored = await self._write(step)
+        return stored[0] if stored else None
+
+    @tracked("spans")
+    @healthcheck_before
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        spans_ = [_coerce_span(s) for s in spans]
+        if not spans_:
+            return []
+
+        async def step(st: StoreTransaction) -> list[Span]:
+            return await st.insert_spans(spans_)
+
+        return await self._write(step)
+
+    async def _next_sequence_ids(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
+        async def step(st: StoreTransaction) -> list[int]:
+            for rollout_id, attempt_id in pairs:
+                await st.require_rollout(rollout_id, lock=False)
+                await st.require_attempt(rollout_id, attempt_id, lock=False)
+            return await st.next_span_sequence_ids([rollout_id for rollout_id, _ in pairs])
+
+        return await self._write(step)
+
+    @tracked("spans")
+    @healthcheck_before
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        return (await self._next_sequence_ids([(rollout_id, attempt_id)]))[0]
+
+    @tracked("spans")
+    @healthcheck_before
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        pairs = [(r, a) for r, a in rollout_attempt_ids]
+        if not pairs:
+            return []
+        return await self._next_sequence_ids(pairs)
+
+    @tracked("spans")
+    @healthcheck_before
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: Optional[str] = None,
+        *,
+        trace_id: Optional[str] = None,
+        trace_id_contains: Optional[str] = None,
+        span_id: Optional[str] = None,
+        span_id_contains: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        parent_id_contains: Optional[str] = None,
+        name: Optional[str] = None,
+        name_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        check_filter_logic(filter_logic)
+        check_sort("span", sort_by, sort_order)
+        check_pagination(limit, offset)
+        where = Where(self._engine.dialect, filter_logic)
+        for column, exact, contains in (
+            ("trace_id", trace_id, trace_id_contains),
+            ("span_id", span_id, span_id_contains),
+            ("parent_id", parent_id, parent_id_contains),
+            ("name", name, name_contains),
+        ):
+            where.field(where.exact(column, exact), where.contains(column, contains))
+
+        async def step(st: StoreTransaction) -> PaginatedResult[Span]:
+            return await reads.spans_page(st, rollout_id, attempt_id, where, sort_by, sort_order, limit, offset)
+
+        return await self._read(step)
+
+    # ---- resources ----
+
+    async def _put_resources(self, resources_id: Optional[str], resources: NamedResources) -> ResourcesUpdate:
+        validated = validate_named_resources(resources)
+        document = to_json(validated)
+
+        async def step(st: StoreTransaction) -> ResourcesUpdate:
+            target = resources_id or new_resources_id()
+            create_time, version = await st.put_resources(target, document)
+            return ResourcesUpdate.model_construct(
+                resources_id=target, create_time=create_time, update_time=st.now, version=version, resources=validated
+            )
+
+        return await self._write(step)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._put_resources(None, resources)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        if not isinstance(resources_id, str) or not resources_id:
+            raise ValueError(f"resources_id must be a non-empty string, got {resources_id!r}")
+        return await self._put_resources(resources_id, resources)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]:
+        async def step(st: StoreTransaction) -> Optional[ResourcesUpdate]:
+            return await reads.resources_by_id(st, resources_id)
+
+        return await self._read(step)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def get_latest_resources(self) -> Optional[ResourcesUpdate]:
+        async def step(st: StoreTransaction) -> Optional[ResourcesUpdate]:
+            return await reads.latest_resources(st)
+
+        return await self._read(step)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def query_resources(
+        self,
+        *,
+        resources_id: Optional[str] = None,
+        resources_id_contains: Optional[str] = None,
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        check_sort("resources", sort_by, sort_order)
+        check_pagination(limit, offset)
+        where = Where(self._engine.dialect)
+        where.field(where.exact("resources_id", resources_id), where.contains("resources_id", resources_id_contains))
+
+        async def step(st: StoreTransaction) -> PaginatedResult[ResourcesUpdate]:
+            return await reads.resources_page(st, where, sort_by, sort_order, limit, offset)
+
+        return await self._read(step)
+
+    # ---- workers ----
+
+    @tracked("workers")
+    @healthcheck_before
+    async def query_workers(
+        self,
+        *,
+        status_in: Optional[Sequence[WorkerStatus]] = None,
+        worker_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        check_filter_logic(filter_logic)
+        check_sort("worker", sort_by, sort_order)
+        check_pagination(limit, offset)
+        if status_in is not None:
+            for value in status_in:
+                check_worker_status(value)
+        where = Where(self._engine.dialect, filter_logic)
+        where.field(where.within("status", list(status_in) if status_in is not None else None))
+        where.field(where.contains("worker_id", worker_id_contains))
+
+        async def step(st: StoreTransaction) -> PaginatedResult[Worker]:
+            return await reads.workers_page(st, where, sort_by, sort_order, limit, offset)
+
+        return await self._read(step)
+
+    @tracked("workers")
+    @healthcheck_before
+    async def get_worker_by_id(self, worker_id: str) -> Optional[Worker]:
+        async def step(st: StoreTransaction) -> Optional[Worker]:
+            return await reads.worker_by_id(st, worker_id)
+
+        return await self._read(step)
+
+    @tracked("workers")
+    @healthcheck_before
+    async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        if not isinstance(worker_id, str) or not worker_id:
+            raise ValueError(f"worker_id must be a non-empty string, got {worker_id!r}")
+        changes: dict[str, Any] = {}
+        if not is_unset(heartbeat_stats):
+            changes["heartbeat_stats"] = _coerce_metadata(heartbeat_stats, "heartbeat_stats")
+
+        async def step(st: StoreTransaction) -> Worker:
+            return await st.touch_worker(worker_id, **changes, last_heartbeat_time=st.now)
+
+        return await self._write(step)
+
+    # ---- statistics ----
+
+    @tracked("store")
+    async def statistics(self) -> LightningStoreStatistics:
+        async def step(st: StoreTransaction) -> tuple[int, int, int, int, int]:
+            return await reads.totals(st)
+
+        rollouts, attempts, spans, resources, workers = await self._read(step)
+        return LightningStoreStatistics(
+            name=type(self).__name__,
+            total_rollouts=rollouts,
+            total_attempts=attempts,
+            total_spans=spans,
+            total_resources=resources,
+            total_workers=workers,
+            uptime=self._clock() - self._started_at,
+        )
