@@ -21,7 +21,7 @@ from .collection.memory import InMemoryLightningCollections
 from .collection.store import CollectionBasedLightningStore
 from .utils import Clock
 
-__all__ = ["InMemoryLightningStore", "estimate_model_size"]
+__all__ = ["InMemoryLightningStore", "estimate_model_size", "estimate_span_size"]
 
 Threshold = Union[int, float]
 
@@ -62,6 +62,26 @@ def estimate_model_size(obj: Any) -> int:
     return sys.getsizeof(obj)
 
 
+# Fixed cost of a span's model objects (ids, status, context, resource) measured with estimate_model_size.
+_SPAN_BASE_BYTES = 4300
+
+
+def estimate_span_size(span: Span) -> int:
+    """Approximate bytes held by a span: a fixed model overhead plus its attributes and events.
+
+    Runs on every stored span, so it walks only the parts that grow with the data.
+    """
+    total = _SPAN_BASE_BYTES + estimate_model_size(span.attributes)
+    if span.events:
+        total += estimate_model_size(span.events)
+    if span.links:
+        total += estimate_model_size(span.links)
+    extra = span.__pydantic_extra__
+    if extra:
+        total += estimate_model_size(extra)
+    return total
+
+
 def _system_memory_bytes() -> int:
     try:
         import psutil
@@ -91,7 +111,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore):
         eviction_memory_threshold: span bytes that trigger eviction; int = bytes, float = fraction of
             system memory; default 70 % of system memory.
         safe_memory_threshold: eviction stops below this; same units; default 80 % of the eviction one.
-        span_size_estimator: bytes of one span; default `estimate_model_size`.
+        span_size_estimator: bytes of one span; default `estimate_span_size`.
         tracker, scan_debounce_seconds, clock: as for `CollectionBasedLightningStore`.
     """
 
@@ -131,7 +151,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore):
                 f"safe_memory_threshold ({self._safe_threshold} bytes) must not exceed "
                 f"eviction_memory_threshold ({self._eviction_threshold} bytes)"
             )
-        self._span_size = span_size_estimator or estimate_model_size
+        self._span_size = span_size_estimator or estimate_span_size
         self._span_bytes_total = 0
         self._span_bytes_by_rollout: dict[str, int] = {}
         self._evicted_rollouts: set[str] = set()
