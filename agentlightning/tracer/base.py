@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from agentlightning.types import Attributes, ParallelWorkerBase, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
 
@@ -13,6 +15,8 @@ if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
 
 __all__ = ["Tracer", "get_active_tracer", "set_active_tracer", "clear_active_tracer"]
+
+T = TypeVar("T")
 
 _active_tracer: Optional[Tracer] = None
 _active_lock = threading.Lock()
@@ -107,3 +111,33 @@ class Tracer(ParallelWorkerBase):
         finally:
             self.teardown_worker(0)
             self.teardown()
+
+    def trace_run(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Deprecated: run a sync function inside a local trace context (no rollout ids) and return its result."""
+        warnings.warn(
+            "Tracer.trace_run is deprecated; use `async with tracer.trace_context(...)`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("trace_run cannot be used inside a running event loop; use trace_run_async")
+
+        async def run() -> T:
+            async with self.trace_context(name=getattr(func, "__name__", None)):
+                return func(*args, **kwargs)
+
+        return asyncio.run(run())
+
+    async def trace_run_async(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Deprecated: await a coroutine function inside a local trace context and return its result."""
+        warnings.warn(
+            "Tracer.trace_run_async is deprecated; use `async with tracer.trace_context(...)`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        async with self.trace_context(name=getattr(func, "__name__", None)):
+            return await func(*args, **kwargs)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import time
 from collections.abc import Sequence
 from enum import Enum
+from types import FunctionType
 from typing import Any, Literal, Optional, Protocol, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -143,6 +146,30 @@ _MAPPED_OTEL_FIELDS = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _unmapped_class_fields(cls: type) -> tuple[str, ...]:
+    """Public non-method members of a ReadableSpan class that have no Span field (computed once per class)."""
+    names: list[str] = []
+    for attr in dir(cls):
+        if attr.startswith("_") or attr in _MAPPED_OTEL_FIELDS:
+            continue
+        if isinstance(inspect.getattr_static(cls, attr), (FunctionType, classmethod, staticmethod)):
+            continue
+        names.append(attr)
+    return tuple(names)
+
+
+def _attributes_from_otel(attributes: Any) -> Attributes:
+    """OpenTelemetry keeps sequence attributes as tuples; ours are lists, as they are after a JSON round trip."""
+    if not attributes:
+        return {}
+    converted = dict(attributes)
+    for key, value in converted.items():
+        if isinstance(value, tuple):
+            converted[key] = list(value)  # type: ignore[arg-type]
+    return converted
+
+
 class Span(BaseModel):
     """One finished span, tied to a rollout attempt and ordered by `sequence_id`."""
 
@@ -171,8 +198,9 @@ class Span(BaseModel):
         ctx = src.context
         parent = src.parent
         extras: dict[str, Any] = {}
-        for attr in dir(src):
-            if attr.startswith("_") or attr in _MAPPED_OTEL_FIELDS:
+        instance_fields = [k for k in getattr(src, "__dict__", {}) if not k.startswith("_")]
+        for attr in (*_unmapped_class_fields(type(src)), *instance_fields):
+            if attr in _MAPPED_OTEL_FIELDS:
                 continue
             try:
                 value = getattr(src, attr)
@@ -194,9 +222,11 @@ class Span(BaseModel):
             parent_id=format_span_id(parent.span_id) if parent is not None else None,
             name=src.name,
             status=TraceStatus(status_code=src.status.status_code.name, description=src.status.description),
-            attributes=dict(src.attributes or {}),
+            attributes=_attributes_from_otel(src.attributes),
             events=[
-                Event(name=e.name, attributes=dict(e.attributes or {}), timestamp=_ns_to_seconds(e.timestamp))
+                Event(
+                    name=e.name, attributes=_attributes_from_otel(e.attributes), timestamp=_ns_to_seconds(e.timestamp)
+                )
                 for e in src.events
             ],
             links=[

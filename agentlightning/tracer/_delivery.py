@@ -1,0 +1,262 @@
+"""Delivery of finished OpenTelemetry spans to a store: one `TraceSession` per open trace context.
+
+Span processors run synchronously in whatever thread ends a span, while stores are async. A session
+therefore only appends the span to a pending list (the hot path) and wakes a drain task that allocates
+sequence ids and writes whole batches with `add_many_spans`. The drain runs either on the event loop
+that opened the context (stores that are not thread-safe) or on a private event-loop thread (thread-safe
+stores), so spans keep flowing even while synchronous agent code blocks the caller's loop. Closing a
+session flushes everything that is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan
+
+from agentlightning.types import Span
+
+if TYPE_CHECKING:
+    from agentlightning.store.base import LightningStore
+
+__all__ = [
+    "STORE_WRITE_TIMEOUT_SECONDS",
+    "DUMMY_ROLLOUT_ID",
+    "DUMMY_ATTEMPT_ID",
+    "TraceSession",
+    "current_session",
+    "suppress_session",
+]
+
+logger = logging.getLogger(__name__)
+
+STORE_WRITE_TIMEOUT_SECONDS = 10.0
+DUMMY_ROLLOUT_ID = "rollout-dummy"
+DUMMY_ATTEMPT_ID = "attempt-dummy"
+
+T = TypeVar("T")
+
+# The session spans created in this context belong to. `_SUPPRESSED` marks our own delivery code, whose
+# spans (e.g. an instrumented HTTP client talking to a remote store) must never be captured.
+_SUPPRESSED: Any = object()
+_current_session: contextvars.ContextVar[Any] = contextvars.ContextVar("agentlightning_trace_session", default=None)
+# The key OpenTelemetry instrumentations check before creating spans.
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # type: ignore[attr-defined]
+
+
+def current_session() -> Optional[TraceSession]:
+    """The session opened by the innermost enclosing trace context of this task/thread, if any."""
+    session = _current_session.get()
+    return None if session is _SUPPRESSED else session
+
+
+def suppress_session() -> contextvars.Token[Any]:
+    """Mark the current context as agentlightning's own plumbing (its spans are ignored)."""
+    return _current_session.set(_SUPPRESSED)
+
+
+def is_suppressed() -> bool:
+    return _current_session.get() is _SUPPRESSED
+
+
+class _LoopThread:
+    """A daemon thread running an event loop, shared by all sessions writing to thread-safe stores."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._pid: Optional[int] = None
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            # After a fork the thread is gone in the child; start a fresh one.
+            if self._loop is None or self._pid != os.getpid() or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    _current_session.set(_SUPPRESSED)
+                    otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                threading.Thread(target=run, name="agentlightning-span-delivery", daemon=True).start()
+                ready.wait()
+                self._loop = loop
+                self._pid = os.getpid()
+            return self._loop
+
+
+_delivery_thread = _LoopThread()
+
+
+class TraceSession:
+    """The spans of one `trace_context`: routing ids, pending spans and what reached the store."""
+
+    def __init__(
+        self,
+        *,
+        owner: Any,
+        rollout_id: Optional[str],
+        attempt_id: Optional[str],
+        store: Optional[LightningStore],
+        write_timeout: float = STORE_WRITE_TIMEOUT_SECONDS,
+    ) -> None:
+        self.owner = owner
+        self.rollout_id = rollout_id or DUMMY_ROLLOUT_ID
+        self.attempt_id = attempt_id or DUMMY_ATTEMPT_ID
+        self.store = store if rollout_id is not None else None
+        self._write_timeout = write_timeout
+        self._lock = threading.Lock()
+        self._pending: list[ReadableSpan] = []
+        self._scheduled = False
+        self._closed = False
+        self._spans: list[Span] = []
+        self._local_sequence = 0
+        self._drain_task: Optional[asyncio.Future[None]] = None
+        self._warned = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._loop_thread_id: Optional[int] = None
+        if self.store is not None:
+            if self.store.capabilities.get("thread_safe", False):
+                self._loop = _delivery_thread.get_loop()
+            else:
+                self._loop = asyncio.get_running_loop()
+                self._loop_thread_id = threading.get_ident()
+
+    # ---- hot path (any thread) ----
+
+    def submit(self, span: ReadableSpan) -> None:
+        """Queue a finished span; cheap enough to call from a span processor's `on_end`."""
+        with self._lock:
+            self._pending.append(span)
+            if self._scheduled or self._loop is None:
+                return
+            self._scheduled = True
+        loop = self._loop
+        try:
+            if threading.get_ident() == self._loop_thread_id:
+                loop.call_soon(self._start_drain)
+            else:
+                loop.call_soon_threadsafe(self._start_drain)
+        except RuntimeError:
+            # The loop is closed; `close()` (or get_spans) still finds the span in the pending list.
+            logger.debug("delivery loop closed; span %s stays pending", span.name)
+
+    # ---- delivery (on the session's delivery loop) ----
+
+    def _start_drain(self) -> None:
+        if self._drain_task is None or self._drain_task.done():
+            token = _current_session.set(_SUPPRESSED)
+            try:
+                self._drain_task = asyncio.ensure_future(self._drain())
+            finally:
+                _current_session.reset(token)
+
+    async def _drain(self) -> None:
+        ctx_token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+        try:
+            while True:
+                with self._lock:
+                    batch = self._pending
+                    self._pending = []
+                    if not batch:
+                        self._scheduled = False
+                        return
+                await self._write(batch)
+        finally:
+            otel_context.detach(ctx_token)
+
+    async def _write(self, batch: list[ReadableSpan]) -> None:
+        store = self.store
+        assert store is not None
+        rollout_id, attempt_id = self.rollout_id, self.attempt_id
+        spans: list[Span] = []
+        try:
+            sequence_ids = await asyncio.wait_for(
+                store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(batch)), self._write_timeout
+            )
+            spans = [
+                Span.from_opentelemetry(item, rollout_id, attempt_id, seq)
+                for item, seq in zip(batch, sequence_ids, strict=True)
+            ]
+            stored = await asyncio.wait_for(store.add_many_spans(spans), self._write_timeout)
+            self._spans.extend(stored if len(stored) == len(spans) else spans)
+        except Exception as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "could not write %d span(s) of rollout %r attempt %r to %s (%s: %s); they are kept only in "
+                    "tracer.get_last_trace(). Is the rollout known to this store?",
+                    len(batch),
+                    rollout_id,
+                    attempt_id,
+                    type(store).__name__,
+                    type(exc).__name__,
+                    exc,
+                )
+            if not spans:
+                spans = [self._convert_locally(item) for item in batch]
+            self._spans.extend(spans)
+
+    def _convert_locally(self, span: ReadableSpan) -> Span:
+        if self._spans:
+            self._local_sequence = max(self._local_sequence, self._spans[-1].sequence_id)
+        self._local_sequence += 1
+        return Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, self._local_sequence)
+
+    async def _flush_on_loop(self) -> None:
+        while True:
+            task = self._drain_task
+            if task is not None and not task.done():
+                await task
+                continue
+            with self._lock:
+                if not self._pending:
+                    return
+                self._scheduled = True
+            self._start_drain()
+
+    # ---- flush and read back (caller side) ----
+
+    async def close(self) -> None:
+        """Flush every pending span to the store (or, without a store, convert them locally)."""
+        self._closed = True
+        if self._loop is None:
+            with self._lock:
+                batch, self._pending = self._pending, []
+            self._spans.extend(self._convert_locally(item) for item in batch)
+            return
+        if self._loop_thread_id is not None:
+            await self._flush_on_loop()
+        else:
+            await _await_on_loop(self._flush_on_loop(), self._loop)
+
+    def get_spans(self) -> list[Span]:
+        """Spans delivered so far plus, while the session is open, pending ones converted locally.
+
+        Pending spans have provisional sequence ids (what the store would most likely assign next).
+        """
+        with self._lock:
+            pending = list(self._pending)
+        spans = list(self._spans)
+        if not pending:
+            return spans
+        sequence = max((s.sequence_id for s in spans), default=self._local_sequence)
+        for offset, item in enumerate(pending, start=1):
+            spans.append(Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, sequence + offset))
+        return spans
+
+
+async def _await_on_loop(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """Run `coro` on another thread's loop and await its result from the current loop."""
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    return await asyncio.wrap_future(future)

@@ -1,0 +1,331 @@
+"""`OtelTracer`: an OpenTelemetry SDK tracer whose finished spans flow into the LightningStore."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, Optional
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import Status
+from opentelemetry.trace import StatusCode as OtelStatusCode
+
+from agentlightning.semconv import LightningResourceAttributes
+from agentlightning.types import Attributes, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
+from agentlightning.utils.otel import sanitize_attributes
+
+from ._delivery import (
+    DUMMY_ATTEMPT_ID,
+    DUMMY_ROLLOUT_ID,
+    STORE_WRITE_TIMEOUT_SECONDS,
+    TraceSession,
+    is_suppressed,
+)
+from ._delivery import _current_session as _session_var
+from ._recording import OtelSpanRecordingContext, seconds_to_ns
+from .base import Tracer, clear_active_tracer, get_active_tracer, set_active_tracer
+
+if TYPE_CHECKING:
+    from agentlightning.store.base import LightningStore
+
+__all__ = [
+    "OtelTracer",
+    "LightningSpanProcessor",
+    "STORE_WRITE_TIMEOUT_SECONDS",
+    "DUMMY_ROLLOUT_ID",
+    "DUMMY_ATTEMPT_ID",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class LightningSpanProcessor(SpanProcessor):
+    """Routes each finished span to the trace session it was started under.
+
+    A span belongs to the session current in the context that started it (trace contexts set it in a
+    context variable, so concurrent rollouts in different tasks stay apart). Spans started where no
+    session is current, e.g. in a thread the agent spawned, fall back to the most recently opened
+    session of this processor. Spans started outside every session are ignored.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[TraceSession] = []
+        self._span_sessions: dict[int, TraceSession] = {}
+        self._shutdown = False
+
+    def open_session(self, session: TraceSession) -> None:
+        with self._lock:
+            self._open = [*self._open, session]
+
+    def close_session(self, session: TraceSession) -> None:
+        """Stop routing spans to `session`; spans still open now are dropped when they end."""
+        with self._lock:
+            self._open = [s for s in self._open if s is not session]
+            for span_id in [k for k, v in list(self._span_sessions.items()) if v is session]:
+                del self._span_sessions[span_id]
+
+    @property
+    def open_sessions(self) -> list[TraceSession]:
+        return list(self._open)
+
+    def on_start(self, span: Any, parent_context: Optional[otel_context.Context] = None) -> None:
+        open_sessions = self._open
+        if not open_sessions:
+            return
+        session = _session_var.get()
+        if session is None:
+            session = open_sessions[-1]
+        elif is_suppressed() or session.owner is not self:
+            return
+        ctx = span.context
+        if ctx is None or not ctx.trace_flags.sampled:
+            return
+        self._span_sessions[ctx.span_id] = session
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self._span_sessions:
+            return
+        ctx = span.context
+        if ctx is None:
+            return
+        session = self._span_sessions.pop(ctx.span_id, None)
+        if session is not None:
+            session.submit(span)
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        with self._lock:
+            self._open = []
+            self._span_sessions.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def _attach_processor(provider: TracerProvider, processor: SpanProcessor) -> None:
+    provider.add_span_processor(processor)
+
+
+def _detach_processor(provider: TracerProvider, processor: SpanProcessor) -> None:
+    """Remove a processor from an SDK provider (the SDK has no public API for it)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    processors = getattr(multi, "_span_processors", None)
+    if multi is None or lock is None or processors is None:
+        return
+    with lock:
+        multi._span_processors = tuple(p for p in processors if p is not processor)  # type: ignore[union-attr]
+
+
+class OtelTracer(Tracer):
+    """Trace agents with the OpenTelemetry SDK and write every finished span to the store.
+
+    On setup it uses the global SDK `TracerProvider` (installing its own as the global one when none is
+    set, so third-party instrumentations feed it too) and attaches a `LightningSpanProcessor`. The OpenAI
+    client is auto-instrumented, so chat completions become `openai.chat.completion` spans without code
+    changes.
+    """
+
+    def __init__(self, *, instrument_openai: bool = True) -> None:
+        super().__init__()
+        self.instrument_openai = instrument_openai
+        self._provider: Optional[TracerProvider] = None
+        self._processor: Optional[LightningSpanProcessor] = None
+        self._otel_tracer: Optional[trace_api.Tracer] = None
+        self._last_session: Optional[TraceSession] = None
+        self._setup_lock = threading.Lock()
+
+    # Tracers travel to runner processes, which call init_worker(worker_id, store) again: only
+    # configuration is pickled, never the provider, the sessions or the store.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_provider", "_processor", "_otel_tracer", "_last_session", "_setup_lock", "_store"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._store = None
+        self._provider = None
+        self._processor = None
+        self._otel_tracer = None
+        self._last_session = None
+        self._setup_lock = threading.Lock()
+
+    # ---- lifecycle ----
+
+    def init_worker(self, worker_id: int, store: Optional[LightningStore] = None) -> None:  # type: ignore[override]
+        super().init_worker(worker_id, store)
+        self._ensure_setup()
+
+    def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
+        super().teardown_worker(worker_id, *args, **kwargs)
+        with self._setup_lock:
+            if self._provider is not None and self._processor is not None:
+                self._processor.shutdown()
+                _detach_processor(self._provider, self._processor)
+            self._processor = None
+            self._otel_tracer = None
+            self._provider = None
+
+    @property
+    def tracer_provider(self) -> Optional[TracerProvider]:
+        return self._provider
+
+    @property
+    def span_processor(self) -> Optional[LightningSpanProcessor]:
+        return self._processor
+
+    def _resolve_provider(self) -> TracerProvider:
+        current = trace_api.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            return current
+        provider = TracerProvider(
+            resource=Resource.create({LightningResourceAttributes.TRACER_NAME.value: type(self).__name__})
+        )
+        if isinstance(current, trace_api.ProxyTracerProvider):
+            trace_api.set_tracer_provider(provider)
+        else:
+            logger.warning(
+                "the global OpenTelemetry tracer provider is %s, not an SDK TracerProvider; %s uses a private "
+                "provider, so spans of third-party instrumentations will not be captured",
+                type(current).__name__,
+                type(self).__name__,
+            )
+        return provider
+
+    def _ensure_setup(self) -> trace_api.Tracer:
+        with self._setup_lock:
+            if self._otel_tracer is None:
+                provider = self._resolve_provider()
+                processor = LightningSpanProcessor()
+                _attach_processor(provider, processor)
+                self._provider, self._processor = provider, processor
+                self._otel_tracer = provider.get_tracer("agentlightning.tracer")
+                self._instrument()
+            return self._otel_tracer
+
+    def _instrument(self) -> None:
+        """Install auto-instrumentation; subclasses add their own."""
+        if self.instrument_openai:
+            self._instrument_openai_client()
+
+    @staticmethod
+    def _instrument_openai_client() -> None:
+        from agentlightning.instrumentation.openai import instrument_openai
+
+        instrument_openai()
+
+    # ---- tracing ----
+
+    @asynccontextmanager
+    async def trace_context(
+        self,
+        name: Optional[str] = None,
+        *,
+        store: Optional[LightningStore] = None,
+        rollout_id: Optional[str] = None,
+        attempt_id: Optional[str] = None,
+    ) -> AsyncIterator[trace_api.Tracer]:
+        """Capture spans of the block for one rollout attempt; yields the OpenTelemetry tracer."""
+        if store is not None:
+            warnings.warn(
+                "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        if (rollout_id is None) != (attempt_id is None):
+            raise ValueError(
+                f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
+                f"attempt_id={attempt_id!r}); pass both to record into the store, or neither to trace locally"
+            )
+        store = store or self._store
+        if rollout_id is not None and store is None:
+            raise ValueError(f"tracing rollout {rollout_id!r} needs a store; call init_worker(worker_id, store) first")
+        otel_tracer = self._ensure_setup()
+        if self.instrument_openai:
+            # Cheap, and keeps our wrapper outermost if another library wrapped the client since setup.
+            self._instrument_openai_client()
+        processor = self._processor
+        assert processor is not None
+        session = TraceSession(owner=processor, rollout_id=rollout_id, attempt_id=attempt_id, store=store)
+        processor.open_session(session)
+        token = _session_var.set(session)
+        previous_active = get_active_tracer()
+        set_active_tracer(self)
+        self._last_session = session
+        logger.debug("trace context %r opened for rollout %s attempt %s", name, session.rollout_id, session.attempt_id)
+        try:
+            yield otel_tracer
+        finally:
+            _reset_session_var(token)
+            processor.close_session(session)
+            try:
+                await session.close()
+            finally:
+                if previous_active is not None and previous_active is not self:
+                    set_active_tracer(previous_active)
+                elif not processor.open_sessions:
+                    clear_active_tracer()
+
+    def get_last_trace(self) -> list[Span]:
+        """Spans of the most recent trace context (as stored, with rollout/attempt/sequence ids)."""
+        return self._last_session.get_spans() if self._last_session is not None else []
+
+    def create_span(
+        self,
+        name: str,
+        attributes: Optional[Attributes] = None,
+        timestamp: Optional[float] = None,
+        status: Optional[TraceStatus] = None,
+    ) -> SpanCoreFields:
+        otel_tracer = self._otel_tracer or self._ensure_setup()
+        moment = timestamp if timestamp is not None else time.time()
+        clean = sanitize_attributes(attributes) if attributes else {}
+        moment_ns = seconds_to_ns(moment)
+        span = otel_tracer.start_span(name, attributes=clean, start_time=moment_ns)
+        if status is not None:
+            span.set_status(Status(OtelStatusCode[status.status_code], status.description))
+        span.end(end_time=moment_ns)
+        return SpanCoreFields(
+            name=name, attributes=clean, status=status or TraceStatus(), start_time=moment, end_time=moment
+        )
+
+    @contextmanager
+    def operation_context(
+        self,
+        name: str,
+        attributes: Optional[Attributes] = None,
+        start_time: Optional[float] = None,
+        end_time: Optional[float] = None,
+    ) -> Iterator[SpanRecordingContext]:
+        otel_tracer = self._otel_tracer or self._ensure_setup()
+        start = start_time if start_time is not None else time.time()
+        clean = sanitize_attributes(attributes) if attributes else {}
+        span = otel_tracer.start_span(name, attributes=clean, start_time=seconds_to_ns(start))
+        recording = OtelSpanRecordingContext(span, name, clean, start)
+        try:
+            with trace_api.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                yield recording
+        except Exception as exc:
+            recording.record_exception(exc)
+            raise
+        finally:
+            recording.finish(end_time)
+
+
+def _reset_session_var(token: contextvars.Token[Any]) -> None:
+    try:
+        _session_var.reset(token)
+    except ValueError:
+        # Exited from another context than the one that entered (e.g. a generator finalised elsewhere).
+        _session_var.set(token.old_value if token.old_value is not contextvars.Token.MISSING else None)
