@@ -117,7 +117,7 @@ def _context_from_otel(ctx: Any) -> Optional[SpanContext]:
     if ctx is None:
         return None
     trace_state = dict(ctx.trace_state.items()) if getattr(ctx, "trace_state", None) is not None else {}
-    return SpanContext(
+    return SpanContext.model_construct(
         trace_id=format_trace_id(ctx.trace_id),
         span_id=format_span_id(ctx.span_id),
         is_remote=bool(ctx.is_remote),
@@ -213,7 +213,8 @@ class Span(BaseModel):
             except (TypeError, ValueError):
                 continue
         resource = src.resource
-        return cls(
+        # The SDK already guarantees these types; skipping validation halves the cost of the tracer hot path.
+        return cls.model_construct(
             rollout_id=rollout_id,
             attempt_id=attempt_id,
             sequence_id=sequence_id,
@@ -221,16 +222,16 @@ class Span(BaseModel):
             span_id=format_span_id(ctx.span_id) if ctx is not None else format_span_id(0),
             parent_id=format_span_id(parent.span_id) if parent is not None else None,
             name=src.name,
-            status=TraceStatus(status_code=src.status.status_code.name, description=src.status.description),
+            status=TraceStatus.model_construct(status_code=src.status.status_code.name, description=src.status.description),
             attributes=_attributes_from_otel(src.attributes),
             events=[
-                Event(
+                Event.model_construct(
                     name=e.name, attributes=_attributes_from_otel(e.attributes), timestamp=_ns_to_seconds(e.timestamp)
                 )
                 for e in src.events
             ],
             links=[
-                Link(context=_context_from_otel(link.context), attributes=dict(link.attributes or {}))  # type: ignore[arg-type]
+                Link.model_construct(context=_context_from_otel(link.context), attributes=dict(link.attributes or {}))  # type: ignore[arg-type]
                 for link in src.links
                 if link.context is not None
             ],
@@ -238,7 +239,7 @@ class Span(BaseModel):
             end_time=_ns_to_seconds(src.end_time),
             context=_context_from_otel(ctx),
             parent=_context_from_otel(parent),
-            resource=OtelResource(
+            resource=OtelResource.model_construct(
                 attributes=dict(resource.attributes) if resource is not None else {},
                 schema_url=(resource.schema_url or "") if resource is not None else "",
             ),
