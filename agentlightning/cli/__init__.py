@@ -1,1 +1,61 @@
-"""cli"""
+"""`agl`: the command-line front end. Each subcommand is a module with `main(argv) -> int`.
+
+Adding a subcommand is one entry in `SUBCOMMANDS`; modules are imported only when their command runs,
+so `agl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+__all__ = ["SUBCOMMANDS", "main"]
+
+# name -> (module with `main(argv) -> int`, one-line description)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "store": ("agentlightning.cli.store", "Serve a LightningStore over HTTP (memory, SQLite or PostgreSQL backend)."),
+    "prometheus": ("agentlightning.cli.prometheus", "Serve Prometheus metrics gathered from many processes."),
+    "vllm": ("agentlightning.cli.vllm", "Run vLLM's CLI (e.g. `serve`) checked to return token ids per request."),
+    "serve": ("agentlightning.cli.serve", "Serve a Hugging Face causal LM as an OpenAI-compatible policy server."),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = [
+        "usage: agl <command> [options]",
+        "",
+        "Agent Lightning command-line tools.",
+        "",
+        "commands:",
+        *(f"  {name.ljust(width)}  {description}" for name, (_, description) in SUBCOMMANDS.items()),
+        "",
+        "Run `agl <command> --help` for the options of a command.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Dispatch `agl <command> ...` to the command's module; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] == "--version":
+        from agentlightning import __version__
+
+        print(f"agl (agentlightning) {__version__}")
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in SUBCOMMANDS:
+        print(f"agl: unknown command {command!r}; choose one of: {', '.join(SUBCOMMANDS)}\n", file=sys.stderr)
+        print(_usage(), file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[command][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

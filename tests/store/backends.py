@@ -34,7 +34,7 @@ __all__ = [
     "POSTGRES_DSN",
 ]
 
-# wait_for_rollouts may block for longer than 0.1 s (the HTTP client refuses to).
+# wait_for_rollouts may block for longer than 0.1 s (every backend here does; the HTTP client long-polls).
 TRAIT_BLOCKING_WAIT = "blocking_wait"
 # Safe to call from several threads, each running its own event loop.
 TRAIT_THREADS = "threads"

@@ -1,0 +1,7 @@
+"""`python -m agentlightning.cli ...` is the same as `agl ...`."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,183 @@
+"""`agl store`: serve a LightningStore over HTTP so algorithms and runners on other processes/hosts share it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+__all__ = ["build_parser", "build_store", "main"]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("memory", "sqlite", "postgres")
+TRACKERS = ("prometheus", "console")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_SQLITE_PATH = "agentlightning-store.db"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"agl store: environment variable {name}={raw!r} is not a port number") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agl store",
+        description=(
+            "Serve a LightningStore over HTTP (REST under /v1/agl, OTLP traces at /v1/traces). "
+            "Algorithms and runners connect with LightningStoreClient('http://HOST:PORT')."
+        ),
+        epilog=(
+            "examples:\n"
+            "  agl store                                   # in-memory store on 127.0.0.1:4747\n"
+            "  agl store --backend sqlite --path runs.db   # durable store in a SQLite file\n"
+            "  agl store --host 0.0.0.0 --auth-token s3cret  # reachable from other hosts, token required"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("AGL_SERVER_HOST") or "127.0.0.1",
+        help="interface to bind (default: $AGL_SERVER_HOST or 127.0.0.1; use 0.0.0.0 for other hosts)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=_env_int("AGL_SERVER_PORT", 4747),
+        help="port to listen on (default: $AGL_SERVER_PORT or 4747; 0 picks a free port)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="memory",
+        help="where data lives: memory (lost on exit), sqlite (a file), postgres (a database); default memory",
+    )
+    parser.add_argument(
+        "--path",
+        default=DEFAULT_SQLITE_PATH,
+        help=f"SQLite database file for --backend sqlite (default: {DEFAULT_SQLITE_PATH})",
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("AGL_POSTGRES_DSN"),
+        help="PostgreSQL connection string for --backend postgres, e.g. postgresql://user@host:5432/db "
+        "(default: $AGL_POSTGRES_DSN)",
+    )
+    parser.add_argument(
+        "--auth-token",
+        default=None,
+        help="require 'Authorization: Bearer TOKEN' on every request but the health check "
+        "(default: $AGL_STORE_TOKEN; none = open)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from ORIGIN (repeatable; '*' allows any)",
+    )
+    parser.add_argument(
+        "--tracker",
+        action="append",
+        choices=TRACKERS,
+        default=[],
+        help="record metrics: prometheus (served at /v1/prometheus) and/or console (logged); repeatable",
+    )
+    parser.add_argument(
+        "--n-workers",
+        type=int,
+        default=1,
+        help="server processes (default 1); more than 1 needs a store shared across processes (sqlite/postgres)",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
+    return parser
+
+
+def build_tracker(names: Sequence[str]) -> Any:
+    """The metrics backend for `--tracker` values (None when none was asked for)."""
+    from agentlightning.utils.metrics import (
+        ConsoleMetricsBackend,
+        MetricsBackend,
+        MultiMetricsBackend,
+        PrometheusMetricsBackend,
+    )
+
+    backends: list[MetricsBackend] = []
+    for name in dict.fromkeys(names):
+        backends.append(PrometheusMetricsBackend() if name == "prometheus" else ConsoleMetricsBackend())
+    if not backends:
+        return None
+    return backends[0] if len(backends) == 1 else MultiMetricsBackend(backends)
+
+
+def build_store(args: argparse.Namespace, tracker: Any = None) -> Any:
+    """The store chosen by `--backend` (backend modules are imported only when chosen)."""
+    if args.backend == "memory":
+        from agentlightning.store.memory import InMemoryLightningStore
+
+        return InMemoryLightningStore(tracker=tracker)
+    if args.backend == "sqlite":
+        from agentlightning.store.sqlite import SqliteLightningStore
+
+        return SqliteLightningStore(args.path, tracker=tracker)
+    if not args.dsn:
+        raise SystemExit(
+            "agl store: --backend postgres needs --dsn postgresql://USER@HOST:PORT/DB (or $AGL_POSTGRES_DSN)"
+        )
+    try:
+        from agentlightning.store.postgres import PostgresLightningStore
+    except ImportError as exc:
+        raise SystemExit(f"agl store: the postgres backend needs `pip install agentlightning[postgres]` ({exc})")
+    return PostgresLightningStore(args.dsn, tracker=tracker)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from agentlightning.store.server import LightningStoreServer
+
+    tracker = build_tracker(args.tracker)
+    store = build_store(args, tracker)
+    try:
+        server = LightningStoreServer(
+            store,
+            host=args.host,
+            port=args.port,
+            cors_allow_origins=args.cors_origin or None,
+            launch_mode="mp" if args.n_workers > 1 else "asyncio",
+            n_workers=args.n_workers,
+            tracker=tracker,
+            auth_token=args.auth_token,
+        )
+        await server.start()
+        auth = "bearer token required" if server.auth_token else "no auth token"
+        logger.info("%s store serving at %s/v1/agl (%s)", args.backend, server.endpoint, auth)
+        await server.run_forever()
+    finally:
+        await store.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.n_workers < 1:
+        print(f"agl store: --n-workers must be >= 1, got {args.n_workers}", file=sys.stderr)
+        return 2
+    from agentlightning.logging import setup
+
+    setup(args.log_level, color=sys.stderr.isatty(), apply_to=["uvicorn"])
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ValueError, RuntimeError) as exc:
+        logging.getLogger("agentlightning").error("agl store: %s", exc)
+        return 1
+    return 0

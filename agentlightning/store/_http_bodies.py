@@ -1,0 +1,256 @@
+"""Request bodies of the store REST API and the helpers that parse them and shape responses.
+
+Bodies are validated by pydantic straight from bytes and responses written as JSON bytes, so a request
+costs one validation and one serialisation. Unknown fields are rejected so typos fail loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Optional, TypeVar, Union
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from agentlightning.types import EnqueueRolloutRequest, RolloutConfig
+
+from ._http_errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
+from .base import LightningStore
+from .utils import check_pagination, check_sort
+
+__all__ = [
+    "JSON_MEDIA_TYPE",
+    "StoreRoute",
+    "json_response",
+    "not_found",
+    "read_json",
+    "reject_nulls",
+    "present_fields",
+    "check_page",
+    "validation_error",
+    "missing_or",
+    "attempt_exists",
+    "attempts_exist",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+JSON_MEDIA_TYPE = "application/json"
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(_ANY.dump_json(obj, serialize_as_any=True), status_code=status, media_type=JSON_MEDIA_TYPE)
+
+
+def not_found(what: str) -> HTTPError:
+    return HTTPError(404, f"{what} not found", NOT_FOUND_ERROR_TYPE)
+
+
+def describe_validation(exc: Union[ValidationError, RequestValidationError]) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path"))
+        message = f"{loc or 'body'}: {err.get('msg', 'invalid')}"
+        value = err.get("input")
+        if value is not None and not isinstance(value, (dict, list)) and len(repr(value)) <= 80:
+            message += f" (got {value!r})"
+        parts.append(message)
+    return "; ".join(parts) or "invalid request"
+
+
+def validation_error(exc: ValidationError, what: str) -> HTTPError:
+    errors = exc.errors()
+    if any(err.get("type") == "json_invalid" for err in errors):
+        return HTTPError(400, f"malformed JSON body for {what}: {errors[0].get('msg', '')}", "ValueError")
+    return HTTPError(422, f"invalid {what}: {describe_validation(exc)}", "ValidationError")
+
+
+async def read_json(request: Request, model: type[M], *, optional: bool = False) -> M:
+    raw = await request.body()
+    if not raw.strip():
+        if not optional:
+            raise HTTPError(400, f"request body required: a JSON object for {model.__name__}")
+        raw = b"{}"
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, model.__name__) from None
+
+
+def reject_nulls(body: BaseModel, fields: Sequence[str]) -> None:
+    for field in fields:
+        if field in body.model_fields_set and getattr(body, field) is None:
+            raise HTTPError(400, f"field {field!r} may not be null; omit it to leave it unchanged")
+
+
+def present_fields(body: BaseModel) -> dict[str, Any]:
+    """Fields the client sent (omitted ones stay UNSET in the store call)."""
+    return {name: getattr(body, name) for name in body.model_fields_set}
+
+
+def check_page(entity: str, sort_by: Optional[str], sort_order: str, limit: int, offset: int) -> None:
+    check_pagination(limit, offset)
+    check_sort(entity, sort_by, sort_order)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnqueueBody(_Body):
+    rollouts: list[EnqueueRolloutRequest]
+
+
+class DequeueBody(_Body):
+    limit: int = 1
+    worker_id: Optional[str] = None
+
+
+class StartRolloutBody(_Body):
+    input: Any = None
+    mode: Optional[str] = None
+    resources_id: Optional[str] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[dict[str, Any]] = None
+    worker_id: Optional[str] = None
+
+
+class QueryRolloutsBody(_Body):
+    status_in: Optional[list[str]] = None
+    rollout_id_in: Optional[list[str]] = None
+    rollout_id_contains: Optional[str] = None
+    filter_logic: str = "and"
+    sort_by: Optional[str] = None
+    sort_order: str = "asc"
+    limit: int = -1
+    offset: int = 0
+    status: Optional[list[str]] = None
+    rollout_ids: Optional[list[str]] = None
+
+
+class UpdateRolloutBody(_Body):
+    input: Any = None
+    mode: Optional[str] = None
+    resources_id: Optional[str] = None
+    status: Optional[str] = None
+    config: Optional[RolloutConfig] = None
+    metadata: Optional[dict[str, Any]] = None
+
+
+class StartAttemptBody(_Body):
+    worker_id: Optional[str] = None
+
+
+class QueryAttemptsBody(_Body):
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: str = "asc"
+    limit: int = -1
+    offset: int = 0
+
+
+class UpdateAttemptBody(_Body):
+    status: Optional[str] = None
+    worker_id: Optional[str] = None
+    last_heartbeat_time: Optional[float] = None
+    metadata: Optional[dict[str, Any]] = None
+
+
+class QueryWorkersBody(_Body):
+    status_in: Optional[list[str]] = None
+    worker_id_contains: Optional[str] = None
+    filter_logic: str = "and"
+    sort_by: Optional[str] = None
+    sort_order: str = "asc"
+    limit: int = -1
+    offset: int = 0
+
+
+class UpdateWorkerBody(_Body):
+    heartbeat_stats: Optional[dict[str, Any]] = None
+
+
+class QuerySpansBody(_Body):
+    rollout_id: str
+    attempt_id: Optional[str] = None
+    trace_id: Optional[str] = None
+    trace_id_contains: Optional[str] = None
+    span_id: Optional[str] = None
+    span_id_contains: Optional[str] = None
+    parent_id: Optional[str] = None
+    parent_id_contains: Optional[str] = None
+    name: Optional[str] = None
+    name_contains: Optional[str] = None
+    filter_logic: str = "and"
+    limit: int = -1
+    offset: int = 0
+    sort_by: Optional[str] = "sequence_id"
+    sort_order: str = "asc"
+
+
+class NextSequenceIdBody(_Body):
+    rollout_id: str
+    attempt_id: str
+
+
+class ManySequenceIdsBody(_Body):
+    rollout_attempt_ids: list[tuple[str, str]]
+
+
+class WaitBody(_Body):
+    rollout_ids: list[str]
+    timeout: Optional[float] = None
+
+
+class StoreRoute(APIRoute):
+    """Route whose errors (validation, store exceptions, bugs) always become JSON responses."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return Response(
+                    error_body(f"invalid request: {describe_validation(exc)}", "ValidationError"),
+                    status_code=422,
+                    media_type=JSON_MEDIA_TYPE,
+                )
+            except StarletteHTTPException as exc:
+                return Response(
+                    error_body(str(exc.detail), "HTTPError"), status_code=exc.status_code, media_type=JSON_MEDIA_TYPE
+                )
+            except Exception as exc:
+                status, body = error_from_exception(exc)
+                return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE)
+
+        return guarded
+
+
+async def missing_or(exc: Exception, exists: Callable[[], Awaitable[bool]]) -> Exception:
+    """`exc` as a 404 when the entity the request names does not exist, else unchanged (error path only)."""
+    try:
+        if not await exists():
+            return HTTPError(404, str(exc.args[0]) if exc.args else str(exc), type(exc).__name__)
+    except Exception:
+        pass
+    return exc
+
+
+async def attempt_exists(store: LightningStore, rollout_id: str, attempt_id: str) -> bool:
+    """Whether the rollout has that attempt (`attempt_id` may be "latest"); used on error paths only."""
+    if attempt_id == "latest":
+        return await store.get_latest_attempt(rollout_id) is not None
+    return any(a.attempt_id == attempt_id for a in await store.query_attempts(rollout_id))
+
+
+async def attempts_exist(store: LightningStore, pairs: set[tuple[str, str]]) -> bool:
+    for rollout_id, attempt_id in pairs:
+        if not await attempt_exists(store, rollout_id, attempt_id):
+            return False
+    return True

@@ -1,0 +1,150 @@
+"""How store errors travel over HTTP: status codes and JSON bodies on the server, exceptions on the client.
+
+Server side, a `ValueError` from the store becomes 400, a `KeyError` 404, `NotImplementedError` 501,
+anything unexpected 500; every error body is JSON `{"detail": str, "error_type": str}` (500 adds
+`traceback`). The client turns them back into exceptions of the same family, so code written against
+an in-process store behaves the same against a remote one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import Any, Optional
+
+__all__ = [
+    "HTTPError",
+    "NOT_FOUND_ERROR_TYPE",
+    "error_body",
+    "error_from_exception",
+    "LightningStoreRequestError",
+    "LightningStoreNotFoundError",
+    "LightningStoreAuthError",
+    "LightningStoreServerError",
+    "LightningStoreNotSupportedError",
+    "exception_from_response",
+]
+
+logger = logging.getLogger(__name__)
+
+# `error_type` of a 404 meaning "the store returned nothing" (the client maps it to None where the
+# contract returns Optional), as opposed to a 404 raised from a KeyError or an unknown route.
+NOT_FOUND_ERROR_TYPE = "NotFound"
+
+
+class HTTPError(Exception):
+    """Raised inside a route to answer with `status` and a JSON `detail`."""
+
+    def __init__(self, status: int, detail: str, error_type: Optional[str] = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.error_type = error_type or {400: "ValueError", 404: "KeyError", 422: "ValidationError"}.get(
+            status, "HTTPError"
+        )
+        self.extra = extra
+
+
+def error_body(detail: str, error_type: str, **extra: Any) -> bytes:
+    return json.dumps({"detail": detail, "error_type": error_type, **extra}, default=str).encode()
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+def error_from_exception(exc: Exception) -> tuple[int, bytes]:
+    """Status code and JSON body answering a request that raised `exc`."""
+    if isinstance(exc, HTTPError):
+        return exc.status, error_body(exc.detail, exc.error_type, **exc.extra)
+    if isinstance(exc, NotImplementedError):
+        return 501, error_body(_message(exc), "NotImplementedError")
+    if isinstance(exc, KeyError):
+        return 404, error_body(_message(exc), "KeyError")
+    if isinstance(exc, ValueError):
+        return 400, error_body(_message(exc), "ValueError")
+    logger.exception("unexpected error while serving a store request")
+    return 500, error_body(
+        _message(exc),
+        type(exc).__name__,
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+
+
+class LightningStoreRequestError(ValueError):
+    """The server rejected the request (4xx): bad arguments, unknown ids, malformed data."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.error_type = error_type
+
+
+class LightningStoreNotFoundError(KeyError):
+    """The server reported a missing entity (404 from a `KeyError` in the store)."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.error_type = error_type
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class LightningStoreAuthError(PermissionError):
+    """401/403: the server wants a valid bearer token (`auth_token=` or `AGL_STORE_TOKEN`)."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.error_type = error_type
+
+
+class LightningStoreServerError(RuntimeError):
+    """The server failed (5xx or 408) and retries did not help; `server_traceback` is the server's stack."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "", server_traceback: Optional[str] = None) -> None:
+        super().__init__(f"store server answered HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.error_type = error_type
+        self.server_traceback = server_traceback
+
+
+class LightningStoreNotSupportedError(NotImplementedError):
+    """501: the store behind the server does not support this operation."""
+
+
+def exception_from_response(status: int, body: bytes, url: str) -> Exception:
+    """The exception a client raises for an error response."""
+    detail = ""
+    error_type = ""
+    server_traceback: Optional[str] = None
+    try:
+        payload = json.loads(body) if body else {}
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        raw_detail = payload.get("detail", "")
+        detail = raw_detail if isinstance(raw_detail, str) else json.dumps(raw_detail)
+        error_type = str(payload.get("error_type") or "")
+        server_traceback = payload.get("traceback")
+    else:
+        detail = body[:500].decode("utf-8", "replace")
+    detail = detail or f"HTTP {status} from {url}"
+    if status == 501:
+        return LightningStoreNotSupportedError(detail)
+    if status in (401, 403):
+        return LightningStoreAuthError(status, detail, error_type)
+    if status >= 500 or status == 408:
+        return LightningStoreServerError(status, detail, error_type, server_traceback)
+    if status == 404 and error_type in ("KeyError", NOT_FOUND_ERROR_TYPE):
+        return LightningStoreNotFoundError(status, detail, error_type)
+    return LightningStoreRequestError(status, detail, error_type)

@@ -1,0 +1,101 @@
+"""ASGI middlewares of the store server: bearer-token auth and HTTP metrics, plus the Prometheus app."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentlightning.utils.metrics import MetricsBackend
+
+from ._http_errors import error_body
+
+__all__ = ["BearerAuthMiddleware", "HttpMetricsMiddleware", "prometheus_app"]
+
+
+class BearerAuthMiddleware:
+    """Pure ASGI middleware requiring `Authorization: Bearer <token>` except on public paths."""
+
+    def __init__(self, app: ASGIApp, token: str, public: Callable[[str], bool]) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+        self.public = public
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        provided = b""
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                provided = value
+                break
+        if hmac.compare_digest(provided, self.expected):
+            await self.app(scope, receive, send)
+            return
+        reason = "missing" if not provided else "invalid"
+        body = error_body(
+            f"{reason} bearer token: this store server requires 'Authorization: Bearer <token>' "
+            "(pass auth_token= to LightningStoreClient or set AGL_STORE_TOKEN)",
+            "AuthenticationError",
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class HttpMetricsMiddleware:
+    """Pure ASGI middleware recording `agl.http.total` and `agl.http.latency` per route template."""
+
+    def __init__(self, app: ASGIApp, tracker: MetricsBackend) -> None:
+        self.app = app
+        self.tracker = tracker
+        tracker.register_counter("agl.http.total", ("method", "path", "status"), "HTTP requests served")
+        tracker.register_histogram("agl.http.latency", ("method", "path", "status"), None, "HTTP latency (s)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            labels = {"method": scope["method"], "path": path, "status": str(status)}
+            self.tracker.inc_counter("agl.http.total", 1.0, labels)
+            self.tracker.observe_histogram("agl.http.latency", time.perf_counter() - start, labels)
+
+
+def prometheus_app(registry: Any) -> ASGIApp:
+    import os
+
+    import prometheus_client
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = prometheus_client.CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return prometheus_client.make_asgi_app(registry=registry)

@@ -1,0 +1,100 @@
+"""OTLP/HTTP ingestion routes of the store server: `POST /v1/traces` stores spans; other signals answer 501."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from agentlightning.types import Span
+from agentlightning.utils.otlp import (
+    OtlpSpan,
+    decode_otlp_body,
+    export_trace_response,
+    is_json_content_type,
+    is_protobuf_content_type,
+    otlp_spans,
+    parse_export_trace_request,
+)
+
+from ._http_bodies import StoreRoute, attempts_exist, missing_or
+from ._http_errors import HTTPError
+from .base import LightningStore
+
+__all__ = ["build_otlp_router"]
+
+
+def build_otlp_router() -> APIRouter:
+    """OTLP routes; the store is the one of the app serving each request (`request.app.state.agl_store`)."""
+    otlp = APIRouter(prefix="/v1", route_class=StoreRoute)
+
+    @otlp.post("/traces")
+    async def ingest_traces(request: Request) -> Response:
+        store: LightningStore = request.app.state.agl_store
+        content_type = request.headers.get("content-type", "")
+        encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+        if not (is_protobuf_content_type(content_type) or is_json_content_type(content_type)):
+            raise HTTPError(
+                415, f"unsupported Content-Type {content_type!r}; send application/x-protobuf or application/json"
+            )
+        if encoding not in ("identity", "gzip", "deflate"):
+            raise HTTPError(415, f"unsupported Content-Encoding {encoding!r}; use gzip, deflate or none")
+        try:
+            export = parse_export_trace_request(decode_otlp_body(await request.body(), encoding), content_type)
+        except ValueError as exc:
+            raise HTTPError(400, str(exc)) from None
+        decoded = otlp_spans(export)
+        accepted = [s for s in decoded if s.rollout_id and s.attempt_id]
+        rejected = len(decoded) - len(accepted)
+        try:
+            await _store_spans(store, accepted)
+        except (ValueError, KeyError) as exc:
+            pairs = {(str(s.rollout_id), str(s.attempt_id)) for s in accepted}
+            raise await missing_or(exc, lambda: attempts_exist(store, pairs)) from None
+        message = (
+            f"{rejected} span(s) lacked the resource attributes agentlightning.rollout_id / agentlightning.attempt_id"
+            if rejected
+            else ""
+        )
+        payload, media_type = export_trace_response(content_type, rejected, message)
+        return Response(payload, media_type=media_type)
+
+    def unsupported(signal: str) -> Callable[[], Awaitable[Response]]:
+        async def handler() -> Response:
+            raise HTTPError(501, f"the store server does not ingest OTLP {signal}; only /v1/traces is supported")
+
+        return handler
+
+    otlp.add_api_route("/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics")
+    otlp.add_api_route("/logs", unsupported("logs"), methods=["POST"], name="otlp_logs")
+    otlp.add_api_route("/development/profiles", unsupported("profiles"), methods=["POST"], name="otlp_profiles")
+    return otlp
+
+
+async def _store_spans(store: LightningStore, accepted: list[OtlpSpan]) -> None:
+    """Allocate missing sequence ids in one call, then store every span in one call."""
+    missing = [(str(s.rollout_id), str(s.attempt_id)) for s in accepted if s.sequence_id is None]
+    if missing:
+        allocated = iter(await store.get_many_span_sequence_ids(missing))
+        for s in accepted:
+            if s.sequence_id is None:
+                s.sequence_id = next(allocated)
+    spans: list[Span] = []
+    for s in accepted:
+        try:
+            spans.append(
+                Span.model_validate(
+                    {
+                        **s.fields,
+                        "rollout_id": s.rollout_id,
+                        "attempt_id": s.attempt_id,
+                        "sequence_id": s.sequence_id,
+                    }
+                )
+            )
+        except ValidationError as exc:
+            raise HTTPError(400, f"span {s.fields.get('span_id')!r} is not valid: {exc}") from None
+    if spans:
+        await store.add_many_spans(spans)

@@ -1,0 +1,150 @@
+"""The `agl` command: help texts, and `agl store` / `agl prometheus` launched as real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import httpx
+import pytest
+
+from agentlightning.cli import SUBCOMMANDS, main
+from agentlightning.store import LightningStoreClient
+from agentlightning.utils.server_launcher import pick_free_port
+
+STARTUP_TIMEOUT = 60.0
+
+
+def test_help_lists_every_subcommand_with_a_description(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name, (_, description) in SUBCOMMANDS.items():
+        assert name in out and description in out
+
+
+def test_unknown_command_fails_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("store", ["--host", "--port", "--backend", "--path", "--dsn", "--auth-token", "--cors-origin", "--tracker"]),
+        ("prometheus", ["--host", "--port", "--metrics-path", "--log-level", "--access-log"]),
+    ],
+)
+def test_subcommand_help(capsys: pytest.CaptureFixture[str], command: str, options: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for option in options:
+        assert option in out
+
+
+def test_help_through_the_installed_entry_point() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agentlightning.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "store" in result.stdout
+
+
+@contextmanager
+def running(args: list[str], health_url: str, env: Optional[dict[str, str]] = None) -> Iterator[subprocess.Popen[str]]:
+    """Run `agl ARGS` until `health_url` answers 200; stop it with SIGINT afterwards and check it exits cleanly."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentlightning.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read() if process.stdout else ""
+                raise AssertionError(f"agl {' '.join(args)} exited with {process.returncode}:\n{output}")
+            try:
+                if httpx.get(health_url, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"agl {' '.join(args)} not healthy after {STARTUP_TIMEOUT}s"
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0, process.stdout.read() if process.stdout else ""
+
+
+async def test_store_memory_backend_serves_clients() -> None:
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with running(["store", "--port", str(port)], f"{endpoint}/v1/agl/health"):
+        client = LightningStoreClient(endpoint)
+        rollout = await client.enqueue_rollout(input={"task": 1})
+        assert (await client.dequeue_rollout(worker_id="w")).rollout_id == rollout.rollout_id  # type: ignore[union-attr]
+        assert (await client.statistics()).get("name") == "InMemoryLightningStore"
+        await client.close()
+
+
+async def test_store_sqlite_backend_keeps_data_across_restarts(tmp_path: Path) -> None:
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    args = ["store", "--port", str(port), "--backend", "sqlite", "--path", str(tmp_path / "store.db")]
+    with running(args, f"{endpoint}/v1/agl/health"):
+        client = LightningStoreClient(endpoint)
+        rollout = await client.enqueue_rollout(input="persist me")
+        await client.close()
+    with running(args, f"{endpoint}/v1/agl/health"):
+        client = LightningStoreClient(endpoint)
+        again = await client.get_rollout_by_id(rollout.rollout_id)
+        await client.close()
+    assert again is not None and again.input == "persist me"
+
+
+def test_store_auth_token_from_flag_and_environment() -> None:
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with running(["store", "--port", str(port), "--auth-token", "s3cret"], f"{endpoint}/v1/agl/health"):
+        assert httpx.get(f"{endpoint}/v1/agl/rollouts").status_code == 401
+        ok = httpx.get(f"{endpoint}/v1/agl/rollouts", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["total"] == 0
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AGL_STORE_TOKEN": "env-token", "AGL_SERVER_PORT": str(port)}
+    with running(["store"], f"{endpoint}/v1/agl/health", env=env):
+        assert httpx.get(f"{endpoint}/v1/agl/rollouts").status_code == 401
+        headers = {"Authorization": "Bearer env-token"}
+        assert httpx.get(f"{endpoint}/v1/agl/rollouts", headers=headers).status_code == 200
+
+
+def test_prometheus_serves_the_multiprocess_directory(tmp_path: Path) -> None:
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    with running(["prometheus", "--port", str(port), "--metrics-path", "/metrics"], f"{endpoint}/health", env=env):
+        scraped = httpx.get(f"{endpoint}/metrics")
+        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+
+
+def test_prometheus_needs_its_directory(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    assert main(["prometheus"]) == 2
+    assert "PROMETHEUS_MULTIPROC_DIR" in capsys.readouterr().err

@@ -1,0 +1,331 @@
+"""LightningStoreClient against real local servers: retry rules, error mapping, long-poll waits, pickling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any, Optional
+
+import aiohttp
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
+from agentlightning.store._http_errors import (
+    LightningStoreAuthError,
+    LightningStoreNotFoundError,
+    LightningStoreRequestError,
+    LightningStoreServerError,
+)
+from agentlightning.types import Rollout
+from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
+
+FAST: dict[str, Any] = {"retry_delays": (0.01, 0.01), "health_retry_delays": (0.01, 0.01)}
+
+
+class ScriptedServer:
+    """A real HTTP server answering API calls from a script of (status, json) replies, counting requests."""
+
+    def __init__(self) -> None:
+        self.replies: dict[str, list[tuple[int, Any]]] = {}
+        self.health_replies: list[int] = []
+        self.calls: Counter[str] = Counter()
+        self.health_probes = 0
+        self.launcher = PythonServerLauncher(
+            Starlette(
+                routes=[
+                    Route("/v1/agl/health", self._health),
+                    Route("/v1/agl/{path:path}", self._api, methods=["GET", "POST"]),
+                ]
+            ),
+            PythonServerLauncherArgs(port=0, launch_mode="asyncio", healthcheck_url="/v1/agl/health"),
+        )
+
+    async def _health(self, request: Request) -> Response:
+        self.health_probes += 1
+        status = self.health_replies.pop(0) if self.health_replies else 200
+        return JSONResponse({"status": "ok" if status == 200 else "down"}, status_code=status)
+
+    async def _api(self, request: Request) -> Response:
+        path = request.path_params["path"]
+        self.calls[path] += 1
+        script = self.replies.get(path) or [(200, {})]
+        status, payload = script.pop(0) if len(script) > 1 else script[0]
+        return JSONResponse(payload, status_code=status)
+
+    def script(self, path: str, *replies: tuple[int, Any]) -> None:
+        self.replies[path] = list(replies)
+
+    @property
+    def endpoint(self) -> str:
+        return self.launcher.access_endpoint
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[ScriptedServer]:
+    server = ScriptedServer()
+    await server.launcher.start()
+    server.health_probes = 0  # forget the launcher's own startup check
+    yield server
+    await server.launcher.stop()
+
+
+@pytest.fixture
+async def client_of(scripted: ScriptedServer) -> AsyncIterator[LightningStoreClient]:
+    client = LightningStoreClient(scripted.endpoint, **FAST)
+    yield client
+    await client.close()
+
+
+STATS = {"name": "scripted", "total_rollouts": 3}
+
+
+# ---- retry rules ----
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 408])
+async def test_5xx_and_408_are_retried_after_a_health_probe(
+    scripted: ScriptedServer, client_of: LightningStoreClient, status: int
+) -> None:
+    scripted.script("statistics", (status, {"detail": "try later"}), (200, STATS))
+    assert await client_of.statistics() == STATS
+    assert scripted.calls["statistics"] == 2
+    assert scripted.health_probes == 1
+
+
+async def test_persistent_5xx_raises_after_the_last_retry(
+    scripted: ScriptedServer, client_of: LightningStoreClient
+) -> None:
+    scripted.script("statistics", (500, {"detail": "db down", "error_type": "OperationalError", "traceback": "tb"}))
+    with pytest.raises(LightningStoreServerError, match="db down") as caught:
+        await client_of.statistics()
+    assert caught.value.status == 500 and caught.value.server_traceback == "tb"
+    assert scripted.calls["statistics"] == 3  # the first try + len(retry_delays)
+
+
+async def test_unhealthy_server_stops_the_retries(scripted: ScriptedServer, client_of: LightningStoreClient) -> None:
+    scripted.script("statistics", (503, {"detail": "overloaded"}))
+    scripted.health_replies = [503, 503, 503]
+    with pytest.raises(LightningStoreServerError):
+        await client_of.statistics()
+    assert scripted.calls["statistics"] == 1
+    assert scripted.health_probes == 3  # once, then after each of the two health delays
+
+
+async def test_empty_delays_disable_retries_and_probes(scripted: ScriptedServer) -> None:
+    client = LightningStoreClient(scripted.endpoint, retry_delays=(), health_retry_delays=())
+    scripted.script("statistics", (503, {"detail": "busy"}), (200, STATS))
+    with pytest.raises(LightningStoreServerError):
+        await client.statistics()
+    assert scripted.calls["statistics"] == 1 and scripted.health_probes == 0
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "exception"),
+    [
+        (400, "ValueError", ValueError),
+        (404, "ValueError", ValueError),
+        (409, "", ValueError),
+        (422, "ValidationError", ValueError),
+        (404, "KeyError", KeyError),
+        (401, "AuthenticationError", PermissionError),
+    ],
+)
+async def test_other_4xx_raise_at_once_with_the_server_message(
+    scripted: ScriptedServer, client_of: LightningStoreClient, status: int, error_type: str, exception: type
+) -> None:
+    scripted.script("statistics", (status, {"detail": "you did X wrong", "error_type": error_type}))
+    with pytest.raises(exception, match="you did X wrong") as caught:
+        await client_of.statistics()
+    assert caught.value.status == status
+    assert scripted.calls["statistics"] == 1 and scripted.health_probes == 0
+
+
+async def test_not_found_answers_become_none(scripted: ScriptedServer, client_of: LightningStoreClient) -> None:
+    not_found = (404, {"detail": "rollout 'ro-x' not found", "error_type": "NotFound"})
+    scripted.script("rollouts/ro-x", not_found)
+    scripted.script("resources/latest", not_found)
+    assert await client_of.get_rollout_by_id("ro-x") is None
+    assert await client_of.get_latest_resources() is None
+    scripted.script("rollouts/ro-y", (404, {"detail": "Not Found"}))  # an unknown route is an error, not None
+    with pytest.raises(LightningStoreRequestError):
+        await client_of.get_rollout_by_id("ro-y")
+
+
+async def test_connection_refused_is_retried_then_raised(caplog: pytest.LogCaptureFixture) -> None:
+    client = LightningStoreClient(
+        f"http://127.0.0.1:{pick_free_port()}", retry_delays=(0.01, 0.01), health_retry_delays=()
+    )
+    with caplog.at_level(logging.INFO, logger="agentlightning.store.client"):
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await client.statistics()
+    assert "retry 1/2" in caplog.text and "retry 2/2" in caplog.text
+    assert isinstance(caplog.records[-1], logging.LogRecord)
+    await client.close()
+
+
+async def test_connection_refused_with_health_probes_gives_up_when_never_healthy(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = LightningStoreClient(f"http://127.0.0.1:{pick_free_port()}", **FAST)
+    with pytest.raises(OSError):
+        await client.statistics()
+    assert "not healthy; giving up" in caplog.text
+    await client.close()
+
+
+async def test_dropped_connections_are_retried() -> None:
+    connections = 0
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readline()
+        writer.close()
+
+    tcp = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = tcp.sockets[0].getsockname()[1]
+    client = LightningStoreClient(f"http://127.0.0.1:{port}", retry_delays=(0.01, 0.01), health_retry_delays=())
+    try:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await client.get_next_span_sequence_id("ro-1", "at-1")  # a POST: aiohttp itself never re-sends it
+        assert connections == 3
+    finally:
+        await client.close()
+        tcp.close()
+        await tcp.wait_closed()
+
+
+async def test_dequeue_swallows_errors_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    client = LightningStoreClient(f"http://127.0.0.1:{pick_free_port()}", retry_delays=(), health_retry_delays=())
+    with caplog.at_level(logging.WARNING, logger="agentlightning.store.client"):
+        assert await client.dequeue_rollout(worker_id="w") is None
+        assert await client.dequeue_rollout(worker_id="w") is None
+    warnings = [r for r in caplog.records if "dequeue_rollout" in r.getMessage()]
+    assert len(warnings) == 1
+    await client.close()
+
+
+# ---- against a real LightningStoreServer ----
+
+
+class GatedStore(InMemoryLightningStore):
+    """Memory store that signals (across threads) each time a blocking wait starts."""
+
+    def __init__(self) -> None:
+        super().__init__(scan_debounce_seconds=0)
+        self.blocking_waits = 0
+        self.wait_started = threading.Event()
+
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
+        if timeout is None or timeout > 0:
+            self.blocking_waits += 1
+            self.wait_started.set()
+        return await super().wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)
+
+
+@pytest.fixture
+async def gated() -> GatedStore:
+    return GatedStore()
+
+
+@pytest.fixture
+async def served(gated: GatedStore) -> AsyncIterator[LightningStoreClient]:
+    server = LightningStoreServer(gated, port=0)
+    await server.start()
+    client = LightningStoreClient(server.endpoint)
+    yield client
+    await client.close()
+    await server.stop()
+
+
+async def test_wait_returns_when_another_task_completes_the_rollout(
+    served: LightningStoreClient, gated: GatedStore
+) -> None:
+    rollout = await served.enqueue_rollout(input=1)
+    waiting = asyncio.create_task(served.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=60))
+    assert await asyncio.to_thread(gated.wait_started.wait, 30)
+    await served.update_rollout(rollout.rollout_id, status="succeeded")
+    finished = await asyncio.wait_for(waiting, timeout=30)
+    assert [(r.rollout_id, r.status) for r in finished] == [(rollout.rollout_id, "succeeded")]
+
+
+async def test_wait_returns_the_finished_part_on_timeout(served: LightningStoreClient) -> None:
+    done = await served.enqueue_rollout(input=1)
+    pending = await served.enqueue_rollout(input=2)
+    await served.update_rollout(done.rollout_id, status="failed")
+    finished = await served.wait_for_rollouts(rollout_ids=[pending.rollout_id, done.rollout_id], timeout=0.2)
+    assert [r.rollout_id for r in finished] == [done.rollout_id]
+    assert await served.wait_for_rollouts(rollout_ids=[pending.rollout_id], timeout=0) == []
+
+
+async def test_wait_longer_than_one_poll_keeps_polling(served: LightningStoreClient, gated: GatedStore) -> None:
+    served.wait_poll_seconds = 0.05
+    rollout = await served.enqueue_rollout(input=1)
+    waiting = asyncio.create_task(served.wait_for_rollouts(rollout_ids=[rollout.rollout_id, "ro-unknown"]))
+    while gated.blocking_waits < 2:  # the client came back for a second long-poll
+        gated.wait_started.clear()
+        assert await asyncio.to_thread(gated.wait_started.wait, 30)
+    assert not waiting.done()
+    await served.update_rollout(rollout.rollout_id, status="cancelled")
+    finished = await asyncio.wait_for(waiting, timeout=30)
+    assert [r.status for r in finished] == ["cancelled"]
+
+
+async def test_auth_failures_are_not_retried(gated: GatedStore) -> None:
+    server = LightningStoreServer(gated, port=0, auth_token="right")
+    await server.start()
+    try:
+        client = LightningStoreClient(server.endpoint, auth_token="wrong", **FAST)
+        with pytest.raises(LightningStoreAuthError, match="bearer token"):
+            await client.query_rollouts()
+        await client.close()
+    finally:
+        await server.stop()
+
+
+async def test_store_errors_keep_their_family(served: LightningStoreClient) -> None:
+    with pytest.raises(ValueError, match="ro-nowhere"):
+        await served.update_rollout("ro-nowhere", status="succeeded")
+    with pytest.raises(ValueError, match="limit"):
+        await served.query_rollouts(limit=0)
+    with pytest.raises(ValueError, match="worker_id"):
+        await served.update_worker("")
+    assert await served.get_worker_by_id("") is None
+    assert not isinstance(LightningStoreNotFoundError(404, "x"), ValueError)
+
+
+# ---- the client object itself ----
+
+
+def test_addresses_are_normalised() -> None:
+    assert LightningStoreClient("http://h:1/v1/agl/").server_address == "http://h:1"
+    assert LightningStoreClient("http://h:1/").otlp_traces_endpoint() == "http://h:1/v1/traces"
+    with pytest.raises(ValueError, match="http"):
+        LightningStoreClient("h:1")
+
+
+async def test_pickled_client_and_one_session_per_event_loop(served: LightningStoreClient) -> None:
+    await served.enqueue_rollout(input=1)
+    copy: LightningStoreClient = pickle.loads(pickle.dumps(served))
+    assert copy.retry_delays == served.retry_delays
+
+    def in_a_thread() -> int:
+        async def count() -> int:
+            total = (await copy.query_rollouts()).total
+            await copy.close()
+            return total
+
+        return asyncio.run(count())
+
+    assert await asyncio.to_thread(in_a_thread) == 1
+    assert await asyncio.to_thread(in_a_thread) == 1  # a fresh loop gets a fresh session
+    assert (await served.query_rollouts()).total == 1
