@@ -159,7 +159,9 @@ async def _serve(args: argparse.Namespace) -> None:
         )
         await server.start()
         auth = "bearer token required" if server.auth_token else "no auth token"
-        logger.info("%s store serving at %s/v1/agl (%s)", args.backend, server.endpoint, auth)
+        logger.info(
+            "%s store serving at %s/v1/agl (%s); dashboard at %s/", args.backend, server.endpoint, auth, server.endpoint
+        )
         await server.run_forever()
     finally:
         await store.close()

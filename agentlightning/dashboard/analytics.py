@@ -1,0 +1,176 @@
+"""Training curves for the dashboard: the final reward of each finished rollout, and finishing throughput.
+
+Both read the most recently finished rollouts (by end time), through `FinishedRollouts` when given so a
+refresh only reads what finished since; rewards come from `FinalRewards`, which reads each finished
+rollout's spans once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Optional, Union
+
+from pydantic import BaseModel
+
+from agentlightning.store.base import LightningStore
+from agentlightning.store.utils import check_mode
+from agentlightning.types import TERMINAL_ROLLOUT_STATUSES, AttemptedRollout, Rollout
+
+from .finished import FinishedRollouts
+from .rewards import FinalRewards
+
+__all__ = [
+    "MAX_SERIES_POINTS",
+    "RewardPoint",
+    "RewardSeries",
+    "ThroughputBucket",
+    "Throughput",
+    "finished_rollouts",
+    "reward_series",
+    "throughput",
+    "pick_bucket_seconds",
+]
+
+MAX_SERIES_POINTS = 20_000
+_TERMINAL = sorted(TERMINAL_ROLLOUT_STATUSES)
+_NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+class RewardPoint(BaseModel):
+    """One finished rollout on the reward curve."""
+
+    rollout_id: str
+    mode: Optional[str]
+    status: str
+    resources_id: Optional[str]
+    start_time: float
+    end_time: float
+    final_reward: Optional[float]
+
+
+class RewardSeries(BaseModel):
+    """Finished rollouts in the order they finished (oldest first); `total` counts all finished matches."""
+
+    items: list[RewardPoint]
+    total: int
+
+
+class ThroughputBucket(BaseModel):
+    """Rollouts that finished in `[start, start + bucket_seconds)`, by final status."""
+
+    start: float
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+class Throughput(BaseModel):
+    bucket_seconds: float
+    buckets: list[ThroughputBucket]
+    total: int
+    """Finished rollouts counted (at most the `limit` most recent)."""
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1 or limit > MAX_SERIES_POINTS:
+        raise ValueError(f"limit must be between 1 and {MAX_SERIES_POINTS}, got {limit}")
+
+
+async def finished_rollouts(
+    store: LightningStore,
+    *,
+    mode_in: Optional[Sequence[str]] = None,
+    limit: int = 2000,
+    cache: Optional[FinishedRollouts] = None,
+) -> tuple[list[Union[Rollout, AttemptedRollout]], int]:
+    """The `limit` most recently finished rollouts (oldest first) of the given modes, and how many match."""
+    _check_limit(limit)
+    for mode in mode_in or []:
+        check_mode(mode)
+    if cache is not None and not mode_in:
+        newest, total = await cache.newest(store, limit)
+        return newest[::-1], total
+    if mode_in:
+        # The store cannot filter by mode: read every finished rollout, newest first, and keep the wanted modes.
+        everything = await store.query_rollouts(status_in=_TERMINAL, sort_by="end_time", sort_order="desc")  # type: ignore[arg-type]
+        matching = [r for r in everything if r.mode in mode_in]
+        newest, total = matching[:limit], len(matching)
+    else:
+        page = await store.query_rollouts(
+            status_in=_TERMINAL,  # type: ignore[arg-type]
+            sort_by="end_time",
+            sort_order="desc",
+            limit=limit,
+        )
+        newest, total = list(page), page.total
+    newest.reverse()
+    return newest, total
+
+
+async def reward_series(
+    store: LightningStore,
+    rewards: FinalRewards,
+    *,
+    mode_in: Optional[Sequence[str]] = None,
+    limit: int = 2000,
+    cache: Optional[FinishedRollouts] = None,
+) -> RewardSeries:
+    """Final rewards of the `limit` most recently finished rollouts, oldest first."""
+    rollouts, total = await finished_rollouts(store, mode_in=mode_in, limit=limit, cache=cache)
+    values = await rewards.of_many(store, rollouts)
+    points = [
+        RewardPoint(
+            rollout_id=r.rollout_id,
+            mode=r.mode,
+            status=r.status,
+            resources_id=r.resources_id,
+            start_time=r.start_time,
+            end_time=r.end_time if r.end_time is not None else r.start_time,
+            final_reward=value,
+        )
+        for r, value in zip(rollouts, values, strict=True)
+    ]
+    return RewardSeries(items=points, total=total)
+
+
+def pick_bucket_seconds(span_seconds: float, max_buckets: int = 60) -> float:
+    """The smallest round bucket size (1 s, 2 s, 5 s, ... 1 day) giving at most `max_buckets` buckets."""
+    for size in _NICE_BUCKETS:
+        if span_seconds / size <= max_buckets:
+            return float(size)
+    return float(math.ceil(span_seconds / max_buckets / 86400) * 86400)
+
+
+async def throughput(
+    store: LightningStore,
+    *,
+    mode_in: Optional[Sequence[str]] = None,
+    bucket_seconds: Optional[float] = None,
+    limit: int = 2000,
+    cache: Optional[FinishedRollouts] = None,
+) -> Throughput:
+    """Finished rollouts per time bucket, from the oldest to the newest of the `limit` most recent.
+
+    Without `bucket_seconds`, a round size is picked so the range fits in about 60 buckets.
+    """
+    if bucket_seconds is not None and not bucket_seconds > 0:
+        raise ValueError(f"bucket_seconds must be > 0, got {bucket_seconds}")
+    rollouts, _ = await finished_rollouts(store, mode_in=mode_in, limit=limit, cache=cache)
+    ends = [r.end_time if r.end_time is not None else r.start_time for r in rollouts]
+    if not rollouts:
+        return Throughput(bucket_seconds=bucket_seconds or 60.0, buckets=[], total=0)
+    first, last = min(ends), max(ends)
+    size = bucket_seconds or pick_bucket_seconds(last - first)
+    origin = math.floor(first / size) * size
+    n_buckets = int((last - origin) // size) + 1
+    if n_buckets > MAX_SERIES_POINTS:
+        raise ValueError(
+            f"bucket_seconds={size} gives {n_buckets} buckets over {last - first:.0f} s; "
+            f"use a larger bucket (at most {MAX_SERIES_POINTS} buckets)"
+        )
+    buckets = [ThroughputBucket(start=origin + i * size) for i in range(n_buckets)]
+    for rollout, end in zip(rollouts, ends, strict=True):
+        bucket = buckets[int((end - origin) // size)]
+        setattr(bucket, rollout.status, getattr(bucket, rollout.status) + 1)
+    return Throughput(bucket_seconds=size, buckets=buckets, total=len(rollouts))

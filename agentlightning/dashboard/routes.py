@@ -1,0 +1,184 @@
+"""HTTP side of the dashboard: the endpoints its pages read, and the static pages themselves.
+
+Endpoints (prefix `/v1/agl`, behind the server's bearer token like the rest of the API):
+
+| Method | Path | Returns |
+|---|---|---|
+| GET | /dashboard/info | `{status, server_time, version, store}`; the pages' connection check and clock |
+| GET | /dashboard/overview | rollouts and workers counted by status, store statistics |
+| GET | /dashboard/rollouts | a page of rollout rows with attempts, duration and final reward |
+| GET | /rollouts/{rollout_id}/triplets | triplets + drop report of an attempt (`attempt_id`, default latest) |
+| GET | /analytics/rewards | final reward of the most recently finished rollouts, oldest first |
+| GET | /analytics/throughput | finished rollouts per time bucket, by status |
+
+The pages are plain files under `static/`, served at `/` without auth (they hold no data).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+from agentlightning.store._http_bodies import StoreRoute, json_response
+from agentlightning.store._http_errors import HTTPError
+from agentlightning.store.base import LightningStore
+from agentlightning.types import WORKER_STATUSES
+
+from .analytics import reward_series, throughput
+from .finished import FinishedRollouts
+from .rewards import FinalRewards
+from .summaries import status_counts, summarize_rollouts
+from .triplets import NoSuchAttempt, attempt_triplets
+
+__all__ = ["API_PREFIX", "STATIC_DIR", "DashboardCaches", "build_dashboard_router", "mount_dashboard"]
+
+API_PREFIX = "/v1/agl"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+@dataclass
+class DashboardCaches:
+    """What one app remembers between dashboard refreshes: rewards and finished rollouts."""
+
+    rewards: FinalRewards = field(default_factory=FinalRewards)
+    finished: FinishedRollouts = field(default_factory=FinishedRollouts)
+
+
+def _store(request: Request) -> LightningStore:
+    return request.app.state.agl_store
+
+
+def _caches(request: Request) -> DashboardCaches:
+    return request.app.state.agl_dashboard
+
+
+def _version() -> str:
+    import agentlightning
+
+    return agentlightning.__version__
+
+
+def build_dashboard_router() -> APIRouter:
+    """The dashboard's REST routes (stateless: each app carries its store and reward cache)."""
+    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute)
+
+    @api.get("/dashboard/info")
+    async def info(request: Request) -> Response:
+        store = _store(request)
+        return json_response(
+            {"status": "ok", "server_time": time.time(), "version": _version(), "store": type(store).__name__}
+        )
+
+    @api.get("/dashboard/overview")
+    async def overview(request: Request) -> Response:
+        store = _store(request)
+        workers: dict[str, int] = {}
+        for status in WORKER_STATUSES:
+            workers[status] = (await store.query_workers(status_in=[status], limit=1)).total  # type: ignore[list-item]
+        try:
+            statistics: Optional[dict[str, Any]] = dict(await store.statistics())
+        except NotImplementedError:
+            statistics = None
+        return json_response(
+            {
+                "server_time": time.time(),
+                "rollouts_by_status": await status_counts(store),
+                "workers_by_status": workers,
+                "statistics": statistics,
+            }
+        )
+
+    @api.get("/dashboard/rollouts")
+    async def rollouts(
+        request: Request,
+        status_in: Optional[list[str]] = Query(None),
+        mode_in: Optional[list[str]] = Query(None),
+        rollout_id_contains: Optional[str] = None,
+        sort_by: Optional[str] = "start_time",
+        sort_order: str = "desc",
+        limit: int = 20,
+        offset: int = 0,
+    ) -> Response:
+        page = await summarize_rollouts(
+            _store(request),
+            _caches(request).rewards,
+            status_in=status_in,
+            mode_in=mode_in,
+            rollout_id_contains=rollout_id_contains or None,
+            sort_by=sort_by,
+            sort_order=sort_order,  # type: ignore[arg-type]
+            limit=limit,
+            offset=offset,
+        )
+        return json_response(page)
+
+    @api.get("/rollouts/{rollout_id}/triplets")
+    async def triplets(request: Request, rollout_id: str, attempt_id: Optional[str] = None) -> Response:
+        try:
+            result = await attempt_triplets(_store(request), rollout_id, attempt_id)
+        except NoSuchAttempt as exc:
+            raise HTTPError(404, str(exc)) from None
+        return json_response(result)
+
+    @api.get("/analytics/rewards")
+    async def rewards(request: Request, mode_in: Optional[list[str]] = Query(None), limit: int = 2000) -> Response:
+        caches = _caches(request)
+        series = await reward_series(
+            _store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished
+        )
+        return json_response(series)
+
+    @api.get("/analytics/throughput")
+    async def finishing_throughput(
+        request: Request,
+        mode_in: Optional[list[str]] = Query(None),
+        bucket_seconds: Optional[float] = None,
+        limit: int = 2000,
+    ) -> Response:
+        result = await throughput(
+            _store(request),
+            mode_in=mode_in,
+            bucket_seconds=bucket_seconds,
+            limit=limit,
+            cache=_caches(request).finished,
+        )
+        return json_response(result)
+
+    return api
+
+
+class _DashboardFiles(StaticFiles):
+    """Static files that browsers revalidate on every load, so an upgraded package is picked up at once."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
+_ROUTER: Optional[APIRouter] = None
+_ROUTER_LOCK = threading.Lock()
+
+
+def _shared_router() -> APIRouter:
+    global _ROUTER
+    with _ROUTER_LOCK:
+        if _ROUTER is None:
+            _ROUTER = build_dashboard_router()
+        return _ROUTER
+
+
+def mount_dashboard(app: FastAPI) -> None:
+    """Add the dashboard to a store app: its endpoints, and the pages at `/` (mount this last)."""
+    app.state.agl_dashboard = DashboardCaches()
+    # Shared route objects, as the store app adds its own: they hold no per-app state.
+    app.router.routes.extend(_shared_router().routes)
+    app.mount("/", _DashboardFiles(directory=str(STATIC_DIR), html=True), name="dashboard")

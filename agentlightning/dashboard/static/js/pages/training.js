@@ -1,0 +1,220 @@
+// Training: how rewards evolve (train / val, by rollout index or time), how fast rollouts finish, and the
+// mean reward of each resources version (each prompt an optimizer tried).
+
+import * as api from "../api.js";
+import { card, chips, dataTable, empty, errorBox, fmt, h, modeTag, renderIfChanged, rewardCell, stat } from "../components.js";
+import { lineChart, stackedBarChart } from "../charts.js";
+
+const MODES = ["train", "val", "test"];
+const COLORS = { train: "#2563eb", val: "#ea580c", test: "#16a34a", none: "#64748b" };
+const SMOOTHING = [1, 5, 10, 20, 50];
+
+function movingAverage(points, window) {
+  if (window <= 1) return points;
+  const out = [];
+  let sum = 0;
+  for (let i = 0; i < points.length; i += 1) {
+    sum += points[i].y;
+    if (i >= window) sum -= points[i - window].y;
+    const n = Math.min(i + 1, window);
+    out.push({ x: points[i].x, y: sum / n, title: `${points[i].label}: mean of last ${n} = ${fmt.reward(sum / n)}` });
+  }
+  return out;
+}
+
+function mean(values) {
+  return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;
+}
+
+export function createPage(ctx) {
+  ctx.setTitle("Training");
+  const q = ctx.query;
+  const state = {
+    axis: q.get("x") === "time" ? "time" : "index",
+    smoothing: SMOOTHING.includes(Number(q.get("smooth"))) ? Number(q.get("smooth")) : 10,
+    modes: (q.get("mode") || "").split(",").filter((m) => MODES.includes(m)),
+  };
+  let data = null;
+  let serial = 0;
+  const statsHolder = h("div");
+  const controlsHolder = h("div", { class: "toolbar" });
+  const rewardHolder = h("div");
+  const throughputHolder = h("div");
+  const versionsHolder = h("div");
+  const element = h("div", { class: "page training-page" }, statsHolder, controlsHolder, rewardHolder, throughputHolder, versionsHolder);
+
+  function update(changes) {
+    Object.assign(state, changes);
+    ctx.setQuery({ x: state.axis === "time" ? "time" : "", smooth: state.smoothing === 10 ? "" : state.smoothing, mode: state.modes });
+    render();
+  }
+
+  function rewarded(points) {
+    return points.filter((p) => p.final_reward !== null && p.final_reward !== undefined);
+  }
+
+  function renderStats() {
+    const counts = data.overview.rollouts_by_status;
+    const finished = counts.succeeded + counts.failed + counts.cancelled;
+    const byMode = (mode) => rewarded(data.rewards.items.filter((p) => p.mode === mode)).map((p) => p.final_reward);
+    const train = byMode("train");
+    const val = byMode("val");
+    const recent = data.throughput.buckets.slice(-10);
+    const recentCount = recent.reduce((sum, b) => sum + b.succeeded + b.failed + b.cancelled, 0);
+    const perMinute = recent.length ? (recentCount / (recent.length * data.throughput.bucket_seconds)) * 60 : null;
+    const workers = data.overview.workers_by_status;
+    const view = { counts, train: mean(train.slice(-50)), val: mean(val.slice(-50)), perMinute, workers, nTrain: train.length, nVal: val.length };
+    renderIfChanged(statsHolder, view, () =>
+      h(
+        "div",
+        { class: "stats stat-cards" },
+        stat("Finished rollouts", fmt.number(finished), finished ? `${fmt.number((counts.succeeded / finished) * 100, 0)}% succeeded \u00B7 ${counts.failed} failed` : "none yet", { dataset: { stat: "finished" } }),
+        stat("In flight", fmt.number(counts.running + counts.preparing), `${fmt.number(counts.queuing + counts.requeuing)} queued`, { dataset: { stat: "inflight" } }),
+        stat("Train reward", view.train === null ? "\u2014" : fmt.reward(view.train), view.nTrain ? `mean of last ${Math.min(50, view.nTrain)} of ${view.nTrain}` : "no train rewards", { dataset: { stat: "train" } }),
+        stat("Val reward", view.val === null ? "\u2014" : fmt.reward(view.val), view.nVal ? `mean of last ${Math.min(50, view.nVal)} of ${view.nVal}` : "no val rewards", { dataset: { stat: "val" } }),
+        stat("Throughput", perMinute === null ? "\u2014" : `${fmt.number(perMinute, 1)}/min`, "recently finished", { dataset: { stat: "throughput" } }),
+        stat("Workers", `${workers.busy} busy`, `${workers.idle} idle \u00B7 ${workers.unknown} unknown`, { dataset: { stat: "workers" } }),
+      ),
+    );
+  }
+
+  function renderControls() {
+    renderIfChanged(controlsHolder, { ...state }, () =>
+      h(
+        "div",
+        { class: "filter-row" },
+        chips({ label: "Mode", name: "mode", options: MODES, selected: state.modes, onChange: (modes) => update({ modes }) }),
+        h(
+          "div",
+          { class: "segmented", role: "group", "aria-label": "X axis" },
+          h("span", { class: "chips-label" }, "X axis"),
+          ["index", "time"].map((axis) =>
+            h("button", { class: ["chip", state.axis === axis && "active"], dataset: { axis }, onclick: () => update({ axis }) }, axis === "index" ? "Rollout index" : "Time"),
+          ),
+        ),
+        h(
+          "label",
+          { class: "inline-select" },
+          "Smoothing ",
+          h(
+            "select",
+            { id: "smoothing", onchange: (e) => update({ smoothing: Number(e.target.value) }) },
+            SMOOTHING.map((n) => h("option", { value: n, selected: n === state.smoothing }, n === 1 ? "off" : `${n} rollouts`)),
+          ),
+        ),
+      ),
+    );
+  }
+
+  function renderRewards() {
+    const modes = state.modes.length ? state.modes : MODES;
+    const series = [];
+    for (const mode of modes) {
+      const points = rewarded(data.rewards.items.filter((p) => (p.mode || "none") === mode)).map((p, i) => ({
+        x: state.axis === "index" ? i + 1 : p.end_time,
+        y: p.final_reward,
+        label: `${mode} #${i + 1}`,
+        title: `${p.rollout_id} (${mode} #${i + 1})\nreward ${fmt.reward(p.final_reward)}\nfinished ${fmt.time(p.end_time)}`,
+      }));
+      if (!points.length) continue;
+      series.push({ key: `${mode}-raw`, name: `${mode} (each rollout)`, color: COLORS[mode], points, style: "points", legend: state.smoothing > 1 });
+      series.push({ key: mode, name: state.smoothing > 1 ? `${mode} (moving average)` : mode, color: COLORS[mode], points: movingAverage(points, state.smoothing), dots: state.smoothing <= 1 });
+    }
+    const view = { series: series.map((s) => [s.key, s.points.length, s.points.at(-1)]), axis: state.axis, smoothing: state.smoothing, total: data.rewards.total };
+    renderIfChanged(rewardHolder, view, () =>
+      card(
+        "Reward",
+        lineChart({
+          series,
+          height: 300,
+          xLabel: state.axis === "index" ? "rollout index (per mode, in finishing order)" : "finish time",
+          yLabel: "final reward",
+          xFormat: state.axis === "index" ? (x) => fmt.number(x) : (x) => fmt.time(x),
+          xInteger: state.axis === "index",
+          emptyText: "No finished rollout has a reward yet. Rewards come from emit_reward or a float returned by the agent.",
+        }),
+        h("span", { class: "muted small" }, data.rewards.total > data.rewards.items.length ? `latest ${data.rewards.items.length} of ${data.rewards.total} finished rollouts` : `${data.rewards.total} finished rollouts`),
+        { id: "reward-chart" },
+      ),
+    );
+  }
+
+  function renderThroughput() {
+    const t = data.throughput;
+    renderIfChanged(throughputHolder, t, () =>
+      card(
+        "Throughput",
+        stackedBarChart({
+          buckets: t.buckets.map((b) => ({ x: b.start, label: `${fmt.time(b.start)} (+${fmt.duration(t.bucket_seconds)})`, values: b })),
+          stacks: [
+            { key: "succeeded", name: "succeeded", color: "#16a34a" },
+            { key: "failed", name: "failed", color: "#dc2626" },
+            { key: "cancelled", name: "cancelled", color: "#94a3b8" },
+          ],
+          xFormat: (x) => fmt.time(x),
+          height: 200,
+          yLabel: "rollouts",
+          xLabel: `finished per ${fmt.duration(t.bucket_seconds)}`,
+          emptyText: "No rollout has finished yet.",
+        }),
+        null,
+        { id: "throughput-chart" },
+      ),
+    );
+  }
+
+  function renderVersions() {
+    const groups = new Map();
+    for (const p of rewarded(data.rewards.items)) {
+      const key = `${p.resources_id || "none"}|${p.mode || "none"}`;
+      if (!groups.has(key)) groups.set(key, { resources_id: p.resources_id, mode: p.mode, rewards: [], first: p.end_time, last: p.end_time });
+      const g = groups.get(key);
+      g.rewards.push(p.final_reward);
+      g.last = Math.max(g.last, p.end_time);
+      g.first = Math.min(g.first, p.end_time);
+    }
+    const rows = [...groups.values()].sort((a, b) => a.first - b.first).map((g) => ({ ...g, n: g.rewards.length, mean: mean(g.rewards) }));
+    renderIfChanged(versionsHolder, rows, () =>
+      card(
+        "Reward by resources version",
+        rows.length
+          ? dataTable({
+              columns: [
+                { key: "resources_id", label: "Resources", render: (g) => (g.resources_id ? h("a", { href: `#/resources?id=${encodeURIComponent(g.resources_id)}`, class: "mono" }, fmt.short(g.resources_id, 15)) : h("span", { class: "muted" }, "none")) },
+                { key: "mode", label: "Mode", render: (g) => modeTag(g.mode) },
+                { key: "n", label: "Rollouts", class: "num" },
+                { key: "mean", label: "Mean reward", class: "num", render: (g) => rewardCell(g.mean) },
+                { key: "last", label: "Last finished", render: (g) => fmt.time(g.last) },
+              ],
+              rows,
+            })
+          : empty("No rewards yet."),
+        null,
+        { id: "versions-table" },
+      ),
+    );
+  }
+
+  function render() {
+    if (!data) return;
+    renderStats();
+    renderControls();
+    renderRewards();
+    renderThroughput();
+    renderVersions();
+  }
+
+  async function refresh() {
+    const mine = ++serial;
+    try {
+      const [overview, rewards, throughput] = await Promise.all([api.overview(), api.rewards({ limit: 2000 }), api.throughput({ limit: 2000 })]);
+      if (mine !== serial) return;
+      data = { overview, rewards, throughput };
+      render();
+    } catch (error) {
+      if (mine === serial && !data) renderIfChanged(statsHolder, { error: error.message }, () => errorBox(error));
+    }
+  }
+
+  return { element, refresh };
+}

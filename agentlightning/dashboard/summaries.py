@@ -1,0 +1,142 @@
+"""Rollout rows for the dashboard: one page of rollouts with attempt count, duration and final reward.
+
+The browser asks for one page and gets every column it shows, so a refresh costs one request instead of
+one per row. Inputs are shortened to a preview: a table row never needs a whole task.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel
+
+from agentlightning.store.base import LightningStore, SortOrder
+from agentlightning.store.utils import check_mode, check_pagination, check_rollout_status, check_sort, paginate
+from agentlightning.types import ROLLOUT_STATUSES, Attempt, AttemptedRollout, Rollout
+
+from .rewards import FinalRewards
+
+__all__ = ["INPUT_PREVIEW_CHARS", "RolloutSummary", "RolloutSummaryPage", "input_preview", "summarize_rollouts"]
+
+INPUT_PREVIEW_CHARS = 160
+
+
+class RolloutSummary(BaseModel):
+    """One row of the rollouts table."""
+
+    rollout_id: str
+    status: str
+    mode: Optional[str]
+    resources_id: Optional[str]
+    start_time: float
+    end_time: Optional[float]
+    duration: Optional[float]
+    """Seconds from start to end; None while the rollout has not ended."""
+    n_attempts: int
+    final_reward: Optional[float]
+    input_preview: str
+    latest_attempt: Optional[Attempt]
+
+
+class RolloutSummaryPage(BaseModel):
+    """A page of rollout rows; `total` counts every match, `status_counts` every rollout by status."""
+
+    items: list[RolloutSummary]
+    limit: int
+    offset: int
+    total: int
+    status_counts: dict[str, int]
+
+
+def input_preview(value: Any, limit: int = INPUT_PREVIEW_CHARS) -> str:
+    """A one-line text of a task input, cut to `limit` characters."""
+    if isinstance(value, str):
+        text = " ".join(value.split())
+    else:
+        text = json.dumps(value, default=str, ensure_ascii=False)  # already one line
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _summary(rollout: Union[Rollout, AttemptedRollout], reward: Optional[float]) -> RolloutSummary:
+    attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
+    duration = rollout.end_time - rollout.start_time if rollout.end_time is not None else None
+    return RolloutSummary(
+        rollout_id=rollout.rollout_id,
+        status=rollout.status,
+        mode=rollout.mode,
+        resources_id=rollout.resources_id,
+        start_time=rollout.start_time,
+        end_time=rollout.end_time,
+        duration=duration,
+        # Attempt sequence ids run 1..n, so the latest attempt's id is the attempt count.
+        n_attempts=attempt.sequence_id if attempt is not None else 0,
+        final_reward=reward,
+        input_preview=input_preview(rollout.input),
+        latest_attempt=attempt,
+    )
+
+
+async def status_counts(store: LightningStore) -> dict[str, int]:
+    """Number of rollouts in each status (one counting query per status)."""
+    counts: dict[str, int] = {}
+    for status in ROLLOUT_STATUSES:
+        page = await store.query_rollouts(status_in=[status], limit=1)  # type: ignore[list-item]
+        counts[status] = page.total
+    return counts
+
+
+async def summarize_rollouts(
+    store: LightningStore,
+    rewards: FinalRewards,
+    *,
+    status_in: Optional[Sequence[str]] = None,
+    mode_in: Optional[Sequence[str]] = None,
+    rollout_id_contains: Optional[str] = None,
+    sort_by: Optional[str] = "start_time",
+    sort_order: SortOrder = "desc",
+    limit: int = 20,
+    offset: int = 0,
+) -> RolloutSummaryPage:
+    """One page of rollout rows filtered by status, mode and id substring.
+
+    Status and id filters run in the store. The store contract has no mode filter, so with `mode_in`
+    the matching rollouts are read in full and filtered here before paging.
+    """
+    check_pagination(limit, offset)
+    check_sort("rollout", sort_by, sort_order)
+    for status in status_in or []:
+        check_rollout_status(status)
+    for mode in mode_in or []:
+        check_mode(mode)
+    statuses = list(status_in) if status_in else None
+    if mode_in:
+        everything = await store.query_rollouts(
+            status_in=statuses,  # type: ignore[arg-type]
+            rollout_id_contains=rollout_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+        matching = [r for r in everything if r.mode in mode_in]
+        total = len(matching)
+        rollouts = paginate(matching, limit, offset)
+    else:
+        page = await store.query_rollouts(
+            status_in=statuses,  # type: ignore[arg-type]
+            rollout_id_contains=rollout_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        total = page.total
+        rollouts = list(page)
+    final_rewards = await rewards.of_many(store, rollouts)
+    return RolloutSummaryPage(
+        items=[_summary(r, reward) for r, reward in zip(rollouts, final_rewards, strict=True)],
+        limit=limit,
+        offset=offset,
+        total=total,
+        status_counts=await status_counts(store),
+    )

@@ -1,0 +1,357 @@
+"""The dashboard's endpoints on a real store server: enriched rollout pages, triplets, reward series, throughput."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentlightning.dashboard.analytics import pick_bucket_seconds
+from agentlightning.dashboard.routes import STATIC_DIR
+from agentlightning.dashboard.summaries import input_preview
+from agentlightning.store import InMemoryLightningStore, LightningStoreServer
+
+from .seed import ManualClock, Seeded, seed_store
+
+API = "/v1/agl"
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@pytest.fixture
+async def seeded_server() -> AsyncIterator[tuple[LightningStoreServer, Seeded]]:
+    clock = ManualClock(1_700_000_000.0)
+    store = InMemoryLightningStore(clock=clock, scan_debounce_seconds=0)
+    seeded = await seed_store(store, clock, n_train=8, n_val=4)
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    yield server, seeded
+    await server.stop()
+    await store.close()
+
+
+@pytest.fixture
+async def http(seeded_server: tuple[LightningStoreServer, Seeded]) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=seeded_server[0].endpoint, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def seeded(seeded_server: tuple[LightningStoreServer, Seeded]) -> Seeded:
+    return seeded_server[1]
+
+
+async def get_ok(http: httpx.AsyncClient, path: str, **params: Any) -> Any:
+    response = await http.get(API + path, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def all_rows(http: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
+    page = await get_ok(http, "/dashboard/rollouts", limit=100, **params)
+    assert page["total"] == len(page["items"])
+    return page["items"]
+
+
+# ---- info and overview ----
+
+
+async def test_info_answers_with_server_time_and_version(http: httpx.AsyncClient) -> None:
+    info = await get_ok(http, "/dashboard/info")
+    assert info["status"] == "ok" and info["version"] and info["store"] == "InMemoryLightningStore"
+    assert isinstance(info["server_time"], float)
+
+
+async def test_overview_counts_rollouts_and_workers_by_status(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    overview = await get_ok(http, "/dashboard/overview")
+    expected = {status: len(ids) for status, ids in seeded.rollout_ids.items()}
+    assert {k: v for k, v in overview["rollouts_by_status"].items() if v} == expected
+    assert overview["workers_by_status"] == {"idle": 1, "busy": 1, "unknown": 1}
+    assert overview["statistics"]["total_rollouts"] == seeded.total
+
+
+# ---- rollout rows ----
+
+
+async def test_rollout_rows_carry_attempts_duration_and_final_reward(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    rows = {row["rollout_id"]: row for row in await all_rows(http)}
+    assert len(rows) == seeded.total
+    for rollout_id, reward in seeded.rewards.items():
+        assert rows[rollout_id]["final_reward"] == pytest.approx(reward)
+    for rollout_id in seeded.rollout_ids["failed"]:
+        assert rows[rollout_id]["final_reward"] is None
+
+    showcase = rows[seeded.showcase_rollout_id]
+    assert showcase["n_attempts"] == 2
+    assert showcase["latest_attempt"]["attempt_id"] == seeded.showcase_attempt_ids[1]
+    assert showcase["duration"] == pytest.approx(showcase["end_time"] - showcase["start_time"])
+
+    (running,) = seeded.rollout_ids["running"]
+    assert rows[running]["duration"] is None and rows[running]["n_attempts"] == 1
+    for queued in seeded.rollout_ids["queuing"]:
+        assert rows[queued]["n_attempts"] == 0 and rows[queued]["latest_attempt"] is None
+    assert rows[running]["input_preview"] == '{"question": "What is 99 + 1?"}'
+
+
+async def test_rollout_rows_count_every_status(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    page = await get_ok(http, "/dashboard/rollouts", limit=1)
+    assert page["status_counts"]["succeeded"] == len(seeded.rollout_ids["succeeded"])
+    assert page["status_counts"]["preparing"] == 0
+    assert page["total"] == seeded.total and len(page["items"]) == 1
+
+
+async def test_filter_by_status_mode_and_id(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    failed = await all_rows(http, status_in="failed")
+    assert {r["rollout_id"] for r in failed} == set(seeded.rollout_ids["failed"])
+
+    vals = await all_rows(http, mode_in="val")
+    assert {r["rollout_id"] for r in vals} == {rid for rid, mode in seeded.modes.items() if mode == "val"}
+
+    both = await all_rows(http, status_in=["queuing", "succeeded"], mode_in=["val", "test"])
+    expected = {
+        rid
+        for status in ("queuing", "succeeded")
+        for rid in seeded.rollout_ids[status]
+        if seeded.modes[rid] in ("val", "test")
+    }
+    assert {r["rollout_id"] for r in both} == expected
+
+    needle = seeded.showcase_rollout_id[3:9]
+    found = await all_rows(http, rollout_id_contains=needle)
+    assert seeded.showcase_rollout_id in {r["rollout_id"] for r in found}
+    assert all(needle in r["rollout_id"] for r in found)
+
+
+@pytest.mark.parametrize("mode_in", [None, "train"])
+async def test_pages_cover_every_match_once_in_order(http: httpx.AsyncClient, seeded: Seeded, mode_in: Any) -> None:
+    params: dict[str, Any] = {"sort_by": "start_time", "sort_order": "asc", "limit": 4}
+    if mode_in:
+        params["mode_in"] = mode_in
+    seen: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        page = await get_ok(http, "/dashboard/rollouts", offset=offset, **params)
+        assert page["limit"] == 4 and page["offset"] == offset
+        seen.extend(page["items"])
+        offset += 4
+        if offset >= page["total"]:
+            break
+    expected = [rid for rid, mode in seeded.modes.items() if mode_in is None or mode == mode_in]
+    assert sorted(r["rollout_id"] for r in seen) == sorted(expected)
+    starts = [r["start_time"] for r in seen]
+    assert starts == sorted(starts)
+
+
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"status_in": "done"}, "done"),
+        ({"mode_in": "eval"}, "eval"),
+        ({"sort_by": "final_reward"}, "final_reward"),
+        ({"sort_order": "up"}, "up"),
+        ({"limit": 0}, "limit"),
+        ({"offset": -1}, "offset"),
+    ],
+)
+async def test_bad_rollout_queries_are_400(http: httpx.AsyncClient, params: dict[str, Any], fragment: str) -> None:
+    response = await http.get(f"{API}/dashboard/rollouts", params=params)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["detail"]
+
+
+async def test_finished_rollouts_rewards_are_read_once(
+    http: httpx.AsyncClient, seeded_server: tuple[LightningStoreServer, Seeded]
+) -> None:
+    server, seeded = seeded_server
+    rewards = server.app.state.agl_dashboard.rewards
+    await all_rows(http)
+    after_first = rewards.span_queries
+    await all_rows(http)
+    # Only rollouts that can still change (running, preparing, requeuing) are read again.
+    unfinished_with_attempts = len(seeded.rollout_ids["running"]) + len(seeded.rollout_ids["requeuing"])
+    assert rewards.span_queries - after_first == unfinished_with_attempts
+
+
+# ---- triplets ----
+
+
+async def test_triplets_of_latest_attempt_with_drop_report(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    result = await get_ok(http, f"/rollouts/{seeded.showcase_rollout_id}/triplets")
+    assert result["attempt_id"] == seeded.showcase_attempt_ids[1]
+    assert result["adapter"] == "TracerTraceToTriplet"
+    assert result["final_reward"] == 1.0
+    triplets = result["triplets"]
+    assert len(triplets) == 2
+    assert triplets[0]["prompt"]["token_ids"] == list(range(1000, 1042))
+    assert triplets[1]["response"]["token_ids"] == list(range(6000, 6018))
+    assert triplets[1]["prompt"]["raw_content"][-1] == {"role": "tool", "content": "80"}
+    assert [t["reward"] for t in triplets] == [None, 1.0]
+    report = result["report"]
+    assert report["n_llm_spans"] == 3 and report["n_triplets"] == 2
+    assert report["drop_counts"] == {"inside_reward_span": 1}
+    assert report["dropped"][0]["name"] == "openai.chat.completion"
+
+
+async def test_triplets_of_an_earlier_attempt(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    first = seeded.showcase_attempt_ids[0]
+    result = await get_ok(http, f"/rollouts/{seeded.showcase_rollout_id}/triplets", attempt_id=first)
+    assert result["attempt_id"] == first
+    assert result["final_reward"] is None
+    assert len(result["triplets"]) == 1 and result["triplets"][0]["reward"] is None
+
+
+async def test_triplets_of_missing_things_are_404(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    unknown = await http.get(f"{API}/rollouts/ro-nope/triplets")
+    assert unknown.status_code == 404 and "ro-nope" in unknown.json()["detail"]
+    bad_attempt = await http.get(f"{API}/rollouts/{seeded.showcase_rollout_id}/triplets", params={"attempt_id": "at-x"})
+    assert bad_attempt.status_code == 404 and "at-x" in bad_attempt.json()["detail"]
+    queued = seeded.rollout_ids["queuing"][0]
+    not_started = await http.get(f"{API}/rollouts/{queued}/triplets")
+    assert not_started.status_code == 404 and "no attempt" in not_started.json()["detail"]
+
+
+# ---- reward series and throughput ----
+
+
+async def test_reward_series_lists_finished_rollouts_oldest_first(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    series = await get_ok(http, "/analytics/rewards")
+    finished = {rid for status in TERMINAL for rid in seeded.rollout_ids.get(status, [])}
+    assert series["total"] == len(finished)
+    assert {p["rollout_id"] for p in series["items"]} == finished
+    ends = [p["end_time"] for p in series["items"]]
+    assert ends == sorted(ends)
+    for point in series["items"]:
+        assert point["final_reward"] == seeded.rewards.get(point["rollout_id"])
+    assert {p["resources_id"] for p in series["items"]} == set(seeded.resources_ids)
+
+
+async def test_reward_series_by_mode_keeps_the_most_recent(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    everything = (await get_ok(http, "/analytics/rewards", mode_in="val"))["items"]
+    assert everything and all(p["mode"] == "val" for p in everything)
+    latest = await get_ok(http, "/analytics/rewards", mode_in="val", limit=2)
+    assert latest["total"] == len(everything)
+    assert [p["rollout_id"] for p in latest["items"]] == [p["rollout_id"] for p in everything[-2:]]
+    assert (await http.get(f"{API}/analytics/rewards", params={"limit": 0})).status_code == 400
+
+
+async def test_throughput_counts_finished_rollouts_per_bucket(http: httpx.AsyncClient, seeded: Seeded) -> None:
+    result = await get_ok(http, "/analytics/throughput", bucket_seconds=60)
+    assert result["bucket_seconds"] == 60
+    buckets = result["buckets"]
+    assert all(b["start"] % 60 == 0 for b in buckets)
+    assert [b["start"] for b in buckets] == [buckets[0]["start"] + 60 * i for i in range(len(buckets))]
+    for status in TERMINAL:
+        assert sum(b[status] for b in buckets) == len(seeded.rollout_ids.get(status, []))
+    auto = await get_ok(http, "/analytics/throughput")
+    assert len(auto["buckets"]) <= 61 and auto["total"] == result["total"]
+    bad = await http.get(f"{API}/analytics/throughput", params={"bucket_seconds": -5})
+    assert bad.status_code == 400 and "bucket_seconds" in bad.json()["detail"]
+
+
+async def test_throughput_of_an_empty_store_has_no_buckets() -> None:
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.endpoint) as http:
+            assert (await get_ok(http, "/analytics/throughput"))["buckets"] == []
+            assert (await get_ok(http, "/analytics/rewards")) == {"items": [], "total": 0}
+            assert (await get_ok(http, "/dashboard/rollouts"))["items"] == []
+    finally:
+        await server.stop()
+
+
+def test_bucket_sizes_are_round() -> None:
+    assert pick_bucket_seconds(30) == 1
+    assert pick_bucket_seconds(600) == 10
+    assert pick_bucket_seconds(3600) == 60
+    assert pick_bucket_seconds(86400 * 3) == 7200
+    assert pick_bucket_seconds(86400 * 365) % 86400 == 0
+
+
+def test_input_preview_is_one_short_line() -> None:
+    assert input_preview({"q": "a\n  b"}) == '{"q": "a\\n  b"}'
+    assert input_preview("x  \n y") == "x y"
+    long = input_preview("word " * 100, limit=20)
+    assert len(long) == 20 and long.endswith("\u2026")
+
+
+# ---- pages and auth ----
+
+
+async def test_pages_are_public_and_the_api_needs_the_token() -> None:
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0, auth_token="s3cret")
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.endpoint) as http:
+            page = await http.get("/")
+            assert page.status_code == 200 and "<title>Agent Lightning</title>" in page.text
+            assert page.headers["cache-control"] == "no-cache"
+            script = await http.get("/js/app.js")
+            assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+            assert (await http.get(f"{API}/dashboard/info")).status_code == 401
+            authorized = await http.get(f"{API}/dashboard/info", headers={"Authorization": "Bearer s3cret"})
+            assert authorized.status_code == 200
+            assert (await http.get("/no-such-file.js")).status_code == 404
+    finally:
+        await server.stop()
+
+
+async def test_every_shipped_asset_is_served(http: httpx.AsyncClient) -> None:
+    files = [p for p in STATIC_DIR.rglob("*") if p.is_file()]
+    assert {"index.html", "app.js", "api.js", "components.js", "dashboard.css"} <= {p.name for p in files}
+    for path in files:
+        relative = path.relative_to(STATIC_DIR).as_posix()
+        response = await http.get("/" + relative)
+        assert response.status_code == 200, relative
+        assert response.content == path.read_bytes()
+
+
+def test_importing_the_dashboard_package_does_not_import_fastapi() -> None:
+    code = "import sys, agentlightning.dashboard; print('fastapi' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd())
+    assert result.stdout.strip() == "False"
+
+
+async def test_sqlite_backend_gives_the_same_rows(tmp_path: Path) -> None:
+    from agentlightning.store.sqlite import SqliteLightningStore
+
+    clock = ManualClock(1_700_000_000.0)
+    store = SqliteLightningStore(tmp_path / "dash.db", clock=clock, scan_debounce_seconds=0)
+    seeded = await seed_store(store, clock, n_train=4, n_val=2)
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.endpoint) as http:
+            rows = {r["rollout_id"]: r for r in await all_rows(http)}
+            assert len(rows) == seeded.total
+            assert {rid: rows[rid]["final_reward"] for rid in seeded.rewards} == seeded.rewards
+            assert rows[seeded.showcase_rollout_id]["n_attempts"] == 2
+            trains = await all_rows(http, mode_in="train", status_in="succeeded")
+            assert {r["rollout_id"] for r in trains} == {
+                rid for rid in seeded.rollout_ids["succeeded"] if seeded.modes[rid] == "train"
+            }
+            triplets = await get_ok(http, f"/rollouts/{seeded.showcase_rollout_id}/triplets")
+            assert len(triplets["triplets"]) == 2
+    finally:
+        await server.stop()
+        await store.close()
+
+
+async def test_training_refreshes_reuse_finished_rollouts(
+    http: httpx.AsyncClient, seeded_server: tuple[LightningStoreServer, Seeded]
+) -> None:
+    server, _ = seeded_server
+    caches = server.app.state.agl_dashboard
+    first = await get_ok(http, "/analytics/rewards")
+    await get_ok(http, "/analytics/throughput")
+    assert await get_ok(http, "/analytics/rewards") == first
+    assert caches.finished.full_loads == 1
+    queries = caches.rewards.span_queries
+    await get_ok(http, "/analytics/rewards")
+    assert caches.rewards.span_queries == queries
