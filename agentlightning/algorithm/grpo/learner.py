@@ -1,0 +1,316 @@
+"""The GRPO learner: the trainable policy (optionally LoRA), its optimizer, one update step, checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import random
+import re
+import shutil
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Union
+
+from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
+from .batch import Sample, collate, truncate_sample
+from .config import GRPOConfig
+from .loss import grpo_loss, token_logprobs
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["GRPOLearner"]
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+_WEIGHTS_FILE = "weights.pt"
+_STATE_FILE = "trainer_state.pt"
+
+
+class GRPOLearner:
+    """Owns the policy being trained and updates it from samples with the GRPO loss.
+
+    With `config.lora_rank > 0` the model is wrapped by peft (in place: a server holding the same model
+    serves the adapted policy) and the reference policy is the same model with adapters disabled;
+    otherwise, with `kl_coef > 0`, a frozen copy of the initial model is the reference.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, config: GRPOConfig) -> None:
+        import torch
+
+        if tokenizer.pad_token_id is None:
+            raise ValueError("tokenizer has no pad token; run serving.models.prepare_tokenizer on it first")
+        self.config = config
+        self.tokenizer = tokenizer
+        self.pad_token_id = int(tokenizer.pad_token_id)  # type: ignore[arg-type]
+        self.device = resolve_device(config.device)
+        torch.manual_seed(config.seed)
+        model.to(self.device)
+        self.policy: torch.nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
+        self.reference: Optional[torch.nn.Module] = None
+        if config.kl_coef > 0 and config.lora_rank == 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.trainable_parameters = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.trainable_parameters,
+            lr=config.learning_rate,
+            betas=config.adam_betas,
+            weight_decay=config.weight_decay,
+        )
+        self.global_step = 0
+        self.policy.eval()
+
+    def _wrap_lora(self, model: torch.nn.Module) -> torch.nn.Module:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as exc:
+            raise ImportError(f"LoRA (lora_rank > 0) needs peft; {TRAIN_EXTRA_HINT}") from exc
+        lora = LoraConfig(
+            r=self.config.lora_rank,
+            lora_alpha=self.config.lora_alpha,
+            lora_dropout=self.config.lora_dropout,
+            target_modules=list(self.config.lora_target_modules),
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, lora)  # type: ignore[arg-type]
+
+    @property
+    def uses_lora(self) -> bool:
+        return self.config.lora_rank > 0
+
+    def _reference_context(self) -> ContextManager[Any]:
+        if self.uses_lora:
+            return self.policy.disable_adapter()  # type: ignore[operator]
+        return nullcontext()
+
+    # Scoring -----------------------------------------------------------------------------------------
+
+    def score(self, samples: Sequence[Sample], *, reference: bool = False) -> List[List[float]]:
+        """Response-token logprobs of each sample under the policy (or the reference), without gradients."""
+        import torch
+
+        model = self.reference if (reference and self.reference is not None) else self.policy
+        context = self._reference_context() if reference and self.reference is None else nullcontext()
+        was_training = model.training
+        model.eval()
+        values: List[List[float]] = []
+        try:
+            with torch.no_grad(), context:
+                for start in range(0, len(samples), self.config.micro_batch_size):
+                    batch = collate(samples[start : start + self.config.micro_batch_size], self.pad_token_id)
+                    batch = batch.to(self.device)
+                    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                    logprobs, _ = token_logprobs(logits, batch.input_ids, self.config.temperature)
+                    values.extend(batch.response_values(logprobs))
+        finally:
+            model.train(was_training)
+        return values
+
+    # Update ------------------------------------------------------------------------------------------
+
+    def step(self, samples: Sequence[Sample]) -> Dict[str, float]:
+        """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics."""
+        import torch
+
+        if not samples:
+            raise ValueError("GRPO step got no samples; check that rollouts produced triplets with token ids")
+        cfg = self.config
+        started = time.perf_counter()
+        prepared = [truncate_sample(s, cfg.max_prompt_length, cfg.max_response_length) for s in samples]
+        missing = [i for i, s in enumerate(prepared) if s.old_logprobs is None]
+        if missing:
+            for i, logprobs in zip(missing, self.score([prepared[i] for i in missing]), strict=False):
+                prepared[i] = replace(prepared[i], old_logprobs=logprobs)
+        use_reference = cfg.kl_coef > 0
+        if use_reference:
+            prepared = [
+                replace(s, ref_logprobs=r) for s, r in zip(prepared, self.score(prepared, reference=True), strict=False)
+            ]
+
+        order_generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.global_step)
+        sums: Dict[str, float] = defaultdict(float)
+        grad_norms: List[float] = []
+        losses: List[float] = []
+        tokens_seen = 0
+        self.policy.train()
+        try:
+            for _epoch in range(cfg.epochs_per_batch):
+                order = torch.randperm(len(prepared), generator=order_generator).tolist()
+                micro = [order[i : i + cfg.micro_batch_size] for i in range(0, len(order), cfg.micro_batch_size)]
+                per_step = cfg.gradient_accumulation_steps or len(micro)
+                for first in range(0, len(micro), per_step):
+                    group = micro[first : first + per_step]
+                    members = [prepared[i] for indices in group for i in indices]
+                    num_tokens = float(sum(len(s.response_ids) for s in members))
+                    self.optimizer.zero_grad(set_to_none=True)
+                    step_loss = 0.0
+                    for indices in group:
+                        batch = collate([prepared[i] for i in indices], self.pad_token_id).to(self.device)
+                        logits = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                        if cfg.entropy_coef:
+                            logprobs, entropy = token_logprobs(
+                                logits, batch.input_ids, cfg.temperature, with_entropy=True
+                            )
+                        else:
+                            logprobs, _ = token_logprobs(logits, batch.input_ids, cfg.temperature)
+                            with torch.no_grad():
+                                _, entropy = token_logprobs(
+                                    logits.detach(), batch.input_ids, cfg.temperature, with_entropy=True
+                                )
+                        out = grpo_loss(
+                            logprobs,
+                            batch.old_logprobs,
+                            batch.advantages,
+                            batch.response_mask,
+                            clip_eps_low=cfg.clip_eps_low,
+                            clip_eps_high=cfg.clip_eps_high,
+                            ref_logprobs=batch.ref_logprobs if use_reference else None,
+                            kl_coef=cfg.kl_coef,
+                            entropy=entropy,
+                            entropy_coef=cfg.entropy_coef,
+                            aggregation=cfg.loss_aggregation,
+                            num_tokens=num_tokens,
+                            num_sequences=float(len(members)),
+                        )
+                        out.loss.backward()
+                        step_loss += float(out.loss.item())
+                        count = float(batch.response_mask.sum().item())
+                        tokens_seen += int(batch.attention_mask.sum().item())
+                        for name in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio"):
+                            sums[name] += float(getattr(out, name).item()) * count
+                        sums["tokens"] += count
+                    max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters, max_norm)))
+                    self.optimizer.step()
+                    losses.append(step_loss)
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.policy.eval()
+        self.global_step += 1
+        elapsed = time.perf_counter() - started
+        tokens = max(sums["tokens"], 1.0)
+        advantages = [s.advantage for s in prepared]
+        return {
+            "loss": sum(losses) / len(losses),
+            "pg_loss": sums["pg_loss"] / tokens,
+            "kl": sums["kl"] / tokens,
+            "entropy": sums["entropy"] / tokens,
+            "clip_fraction": sums["clip_fraction"] / tokens,
+            "ratio_mean": sums["ratio"] / tokens,
+            "grad_norm": sum(grad_norms) / len(grad_norms),
+            "optimizer_steps": float(len(losses)),
+            "samples": float(len(prepared)),
+            "response_tokens": float(sum(len(s.response_ids) for s in prepared)),
+            "old_logprobs_recomputed": float(len(missing)),
+            "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
+            "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,
+            "train_time_s": elapsed,
+            "learning_rate": float(self.optimizer.param_groups[0]["lr"]),
+        }
+
+    # Checkpoints -------------------------------------------------------------------------------------
+
+    def save_checkpoint(self, directory: Union[str, Path], extra: Optional[Dict[str, Any]] = None) -> Path:
+        """Write `<directory>/step-<global_step>/` atomically (trainable weights, optimizer, step, RNG, config)."""
+        import torch
+
+        root = Path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step-{self.global_step:06d}"
+        staging = root / f".{final.name}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        weights = {name: p.detach().cpu() for name, p in self.policy.named_parameters() if p.requires_grad}
+        torch.save(weights, staging / _WEIGHTS_FILE)
+        state = {
+            "global_step": self.global_step,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": _rng_state(),
+            "config": self.config.to_dict(),
+            "extra": extra or {},
+        }
+        torch.save(state, staging / _STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+        self._prune(root)
+        return final
+
+    def _prune(self, root: Path) -> None:
+        checkpoints = sorted(_list_checkpoints(root))
+        for _step, path in checkpoints[: max(0, len(checkpoints) - self.config.keep_checkpoints)]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def latest_checkpoint(directory: Union[str, Path]) -> Optional[Path]:
+        """The newest complete checkpoint under `directory`, or None."""
+        checkpoints = sorted(_list_checkpoints(Path(directory)))
+        return checkpoints[-1][1] if checkpoints else None
+
+    def load_checkpoint(self, path: Union[str, Path]) -> Dict[str, Any]:
+        """Restore weights, optimizer, step and RNG from a checkpoint; returns the `extra` dict saved with it."""
+        import torch
+
+        folder = Path(path)
+        if not (folder / _STATE_FILE).exists():
+            raise FileNotFoundError(f"{folder} is not a GRPO checkpoint (no {_STATE_FILE}); pass a step-NNNNNN folder")
+        weights = torch.load(folder / _WEIGHTS_FILE, map_location=self.device)
+        expected = {name for name, p in self.policy.named_parameters() if p.requires_grad}
+        if set(weights) != expected:
+            raise ValueError(
+                f"checkpoint {folder} does not match this model: missing {sorted(expected - set(weights))[:3]}, "
+                f"unexpected {sorted(set(weights) - expected)[:3]}; was it saved with other LoRA settings?"
+            )
+        with torch.no_grad():
+            parameters = dict(self.policy.named_parameters())
+            for name, value in weights.items():
+                parameters[name].copy_(value)
+        state = torch.load(folder / _STATE_FILE, map_location="cpu", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step = int(state["global_step"])
+        _set_rng_state(state["rng"])
+        return dict(state.get("extra") or {})
+
+    def export_model(self, directory: Union[str, Path]) -> Path:
+        """Save the trained policy (LoRA merged) with its tokenizer in Hugging Face format (`agl serve --model`)."""
+        target = Path(directory)
+        model: Any = self.policy
+        if self.uses_lora:
+            model = copy.deepcopy(self.policy).merge_and_unload()  # type: ignore[operator]
+        model.save_pretrained(target)
+        self.tokenizer.save_pretrained(target)
+        return target
+
+
+def _list_checkpoints(root: Path) -> List[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    found: List[tuple[int, Path]] = []
+    for child in root.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if match and (child / _STATE_FILE).exists():
+            found.append((int(match.group(1)), child))
+    return found
+
+
+def _rng_state() -> Dict[str, Any]:
+    import torch
+
+    state: Dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

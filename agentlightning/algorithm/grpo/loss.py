@@ -1,0 +1,124 @@
+"""The GRPO objective: clipped policy gradient + optional k3 KL to a reference + optional entropy bonus.
+
+Per response token t of sample i (pi_theta: current policy, pi_old: the sampler, pi_ref: reference):
+
+    ratio_t   = exp(log pi_theta(x_t) - log pi_old(x_t))
+    pg_t      = max(-A_i * ratio_t, -A_i * clip(ratio_t, 1 - eps_low, 1 + eps_high))
+    kl_t      = exp(log pi_ref - log pi_theta) - (log pi_ref - log pi_theta) - 1       # k3, >= 0
+    loss_t    = pg_t + beta * kl_t - entropy_coef * H_t
+
+and the loss is the mean of loss_t over the response tokens of an optimizer step ("token-mean") or the
+mean over sequences of each sequence's token mean ("sequence-mean", the original GRPO paper).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Tuple
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GRPOLossOutput", "token_logprobs", "grpo_loss", "aggregate"]
+
+
+@dataclass
+class GRPOLossOutput:
+    """The differentiable `loss` plus detached statistics (token means over the response tokens)."""
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor
+    clip_fraction: torch.Tensor
+    ratio: torch.Tensor
+
+
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0, *, with_entropy: bool = False
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """`[B, L]` log pi(x_t | x_<t) at `temperature` (column 0 is 0), and optionally the token entropy H_t."""
+    import torch
+
+    scaled = logits[:, :-1, :].float() / temperature
+    log_norm = torch.logsumexp(scaled, dim=-1)
+    chosen = scaled.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - log_norm
+    logprobs = torch.nn.functional.pad(chosen, (1, 0))
+    if not with_entropy:
+        return logprobs, None
+    probs = torch.softmax(scaled, dim=-1)
+    entropy = log_norm - (probs * scaled).sum(dim=-1)
+    return logprobs, torch.nn.functional.pad(entropy, (1, 0))
+
+
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: str, *, num_tokens: float, num_sequences: float
+) -> torch.Tensor:
+    """Sum of `values` over masked tokens normalised for the whole optimizer step, so micro-batches add up.
+
+    "token-mean": divide by all response tokens of the step; "sequence-mean": average within each sequence,
+    then divide by all sequences of the step.
+    """
+    if mode == "token-mean":
+        return (values * mask).sum() / max(num_tokens, 1.0)
+    if mode == "sequence-mean":
+        per_sequence = (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+        return per_sequence.sum() / max(num_sequences, 1.0)
+    raise ValueError(f"unknown loss aggregation {mode!r}; use 'token-mean' or 'sequence-mean'")
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    ref_logprobs: Optional[torch.Tensor] = None,
+    kl_coef: float = 0.0,
+    entropy: Optional[torch.Tensor] = None,
+    entropy_coef: float = 0.0,
+    aggregation: str = "token-mean",
+    num_tokens: Optional[float] = None,
+    num_sequences: Optional[float] = None,
+) -> GRPOLossOutput:
+    """The GRPO loss of one micro-batch (`[B, L]` tensors, `advantages` `[B]`); see the module docstring.
+
+    `num_tokens` / `num_sequences` are the totals of the whole optimizer step (default: this micro-batch).
+    """
+    import torch
+
+    num_tokens = float(mask.sum().item()) if num_tokens is None else num_tokens
+    num_sequences = float(mask.shape[0]) if num_sequences is None else num_sequences
+    A = advantages.unsqueeze(-1)
+
+    # Multiplying log-ratios by the mask keeps padding/prompt positions finite (exp of 0), never inf * 0.
+    ratio = torch.exp((logprobs - old_logprobs) * mask)
+    pg_unclipped = -A * ratio
+    pg_clipped = -A * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    per_token = pg
+
+    kl = torch.zeros_like(logprobs)
+    if ref_logprobs is not None:
+        log_ratio = (ref_logprobs - logprobs) * mask
+        kl = torch.exp(log_ratio) - log_ratio - 1.0
+        if kl_coef:
+            per_token = per_token + kl_coef * kl
+    if entropy is not None and entropy_coef:
+        per_token = per_token - entropy_coef * entropy
+
+    loss = aggregate(per_token, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences)
+
+    def token_mean(values: torch.Tensor) -> torch.Tensor:
+        return ((values.detach() * mask).sum() / mask.sum().clamp(min=1.0)).detach()
+
+    return GRPOLossOutput(
+        loss=loss,
+        pg_loss=token_mean(pg),
+        kl=token_mean(kl),
+        entropy=token_mean(entropy) if entropy is not None else torch.zeros(()),
+        clip_fraction=token_mean((pg_clipped > pg_unclipped).float()),
+        ratio=token_mean(ratio),
+    )

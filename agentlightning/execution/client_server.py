@@ -1,0 +1,456 @@
+"""ClientServerExecutionStrategy: the algorithm serves the store over HTTP; runners are processes talking to it."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+from agentlightning.env_var import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
+from agentlightning.store.base import LightningStore
+
+from ._supervise import run_until_stopped
+from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
+from .events import ExecutionEvent, MultiprocessingEvent
+
+if TYPE_CHECKING:
+    from agentlightning.store.client import LightningStoreClient
+    from agentlightning.store.server import LightningStoreServer
+
+__all__ = ["ClientServerExecutionStrategy"]
+
+logger = logging.getLogger(__name__)
+
+Role = Literal["algorithm", "runner", "both"]
+MainProcessRole = Literal["algorithm", "runner"]
+
+_ROLES = ("algorithm", "runner", "both")
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
+_MONITOR_INTERVAL = 0.1
+
+
+class ClientServerExecutionStrategy(ExecutionStrategy):
+    """Algorithm + `LightningStoreServer` in one process, runners in others using `LightningStoreClient`.
+
+    Roles (argument, else `AGL_CURRENT_ROLE`, else "both"):
+    - "algorithm": serve the store on `server_host:server_port` and run the algorithm here.
+    - "runner": connect to `http://server_host:server_port` and run `n_runners` runners (in this process
+      when there is one, else in child processes).
+    - "both": spawn the runner processes, then run algorithm + server here (or, with
+      `main_process="runner"`, the algorithm in a child process and the single runner here).
+
+    Shutdown, once the algorithm ends, something fails or Ctrl+C arrives: (1) set the shared stop event
+    and wait `graceful_timeout`; (2) SIGINT the children still alive; (3) SIGTERM; (4) SIGKILL, each later
+    step waiting `terminate_timeout`. A child whose exit code is not in `allowed_exit_codes` makes
+    `execute` raise RuntimeError. With `managed_store=False` (or `AGL_MANAGED_STORE=0`) the store is used
+    as given on both sides: no server is started and runners do not create clients (use this with a
+    store that is already shared, such as a `LightningStoreClient` to `agl store`).
+    """
+
+    alias = "cs"
+
+    def __init__(
+        self,
+        role: Optional[Role] = None,
+        server_host: Optional[str] = None,
+        server_port: Optional[int] = None,
+        n_runners: int = 1,
+        graceful_timeout: float = 10.0,
+        terminate_timeout: float = 10.0,
+        main_process: MainProcessRole = "algorithm",
+        managed_store: Optional[bool] = None,
+        allowed_exit_codes: Sequence[int] = (0, -15),
+    ) -> None:
+        resolved_role = resolve_str_env_var(LightningEnvVar.AGL_CURRENT_ROLE, role, fallback="both").lower()
+        if resolved_role not in _ROLES:
+            raise ValueError(
+                f"role {resolved_role!r} (from argument or AGL_CURRENT_ROLE) is invalid; use 'algorithm', 'runner' or 'both'"
+            )
+        if n_runners < 1:
+            raise ValueError(f"n_runners must be >= 1, got {n_runners}")
+        if main_process not in ("algorithm", "runner"):
+            raise ValueError(f"main_process must be 'algorithm' or 'runner', got {main_process!r}")
+        if main_process == "runner" and (resolved_role != "both" or n_runners != 1):
+            raise ValueError(
+                f"main_process='runner' needs role='both' and n_runners=1 (got role={resolved_role!r}, "
+                f"n_runners={n_runners}); it exists to debug a single runner in the main process"
+            )
+        if graceful_timeout < 0 or terminate_timeout < 0:
+            raise ValueError("graceful_timeout and terminate_timeout must be >= 0")
+        self.role: Role = resolved_role  # type: ignore[assignment]
+        self.server_host: str = resolve_str_env_var(LightningEnvVar.AGL_SERVER_HOST, server_host, fallback="localhost")
+        self.server_port: int = resolve_int_env_var(LightningEnvVar.AGL_SERVER_PORT, server_port, fallback=4747)
+        self.n_runners = n_runners
+        self.graceful_timeout = graceful_timeout
+        self.terminate_timeout = terminate_timeout
+        self.main_process: MainProcessRole = main_process
+        self.managed_store: bool = resolve_bool_env_var(LightningEnvVar.AGL_MANAGED_STORE, managed_store, fallback=True)
+        self.allowed_exit_codes: tuple[int, ...] = tuple(allowed_exit_codes)
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientServerExecutionStrategy(role={self.role!r}, server={self.server_host}:{self.server_port}, "
+            f"n_runners={self.n_runners}, main_process={self.main_process!r}, managed_store={self.managed_store})"
+        )
+
+    @property
+    def endpoint(self) -> str:
+        """The URL runners use to reach the store server."""
+        host = self.server_host
+        if host in _WILDCARD_HOSTS:
+            host = "127.0.0.1"
+        elif ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.server_port}"
+
+    # ---- entry point ----
+
+    def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
+        if not self.managed_store and self.role == "both":
+            capabilities = store.capabilities
+            if not capabilities.get("zero_copy", False):
+                logger.warning(
+                    "managed_store is off but %s does not declare zero_copy: runner processes may each see a "
+                    "private copy of it. Pass a store shared across processes (e.g. LightningStoreClient).",
+                    type(store).__name__,
+                )
+        if self.role == "algorithm":
+            self._execute_algorithm_role(algorithm, store)
+        elif self.role == "runner":
+            self._execute_runner_role(runner, store)
+        elif self.main_process == "runner":
+            self._execute_both_runner_on_main(algorithm, runner, store)
+        else:
+            self._execute_both_algorithm_on_main(algorithm, runner, store)
+
+    # ---- the two sides, as coroutines ----
+
+    async def _algorithm_side(
+        self,
+        algorithm: AlgorithmBundle,
+        store: LightningStore,
+        stop_event: ExecutionEvent,
+        should_stop: Optional[Callable[[], bool]] = None,
+        before_server_stop: Optional[Callable[[], None]] = None,
+    ) -> None:
+        """Serve the store (when managed) and run the algorithm until it ends or the stop event fires.
+
+        `before_server_stop` (blocking, run in a worker thread) stops the local runners while the server is
+        still up, so they can still report their last attempts.
+        """
+        server: Optional[LightningStoreServer] = None
+        algorithm_store: LightningStore = store
+        if self.managed_store:
+            from agentlightning.store.server import LightningStoreServer
+
+            server = LightningStoreServer(store, host=self.server_host, port=self.server_port)
+            algorithm_store = server
+            await server.start()
+            logger.info("Store server listening on %s:%s", self.server_host, self.server_port)
+        monitor: Optional[asyncio.Task[None]] = None
+        if should_stop is not None:
+            monitor = asyncio.create_task(self._monitor(should_stop, stop_event))
+        try:
+            await run_until_stopped(
+                algorithm(algorithm_store, stop_event),
+                stop_event,
+                graceful_delay=self.graceful_timeout,
+                name="Algorithm",
+            )
+        finally:
+            stop_event.set()
+            if monitor is not None:
+                monitor.cancel()
+                await asyncio.gather(monitor, return_exceptions=True)
+            if before_server_stop is not None:
+                await asyncio.to_thread(before_server_stop)
+            if server is not None:
+                await server.stop()
+
+    async def _monitor(self, should_stop: Callable[[], bool], stop_event: ExecutionEvent) -> None:
+        while not stop_event.is_set():
+            if should_stop():
+                stop_event.set()
+                return
+            await asyncio.sleep(_MONITOR_INTERVAL)
+
+    async def _runner_side(
+        self, runner: RunnerBundle, store: Optional[LightningStore], worker_id: int, stop_event: ExecutionEvent
+    ) -> None:
+        """Run one runner bundle against a client of the server (or the given store when unmanaged)."""
+        if self.managed_store or store is None:
+            from agentlightning.store.client import LightningStoreClient
+
+            client = LightningStoreClient(self.endpoint)
+            try:
+                if not await _wait_for_server(client, stop_event):
+                    return
+                await runner(client, worker_id, stop_event)
+            finally:
+                await client.close()
+        else:
+            await runner(store, worker_id, stop_event)
+
+    # ---- roles ----
+
+    def _execute_algorithm_role(self, algorithm: AlgorithmBundle, store: LightningStore) -> None:
+        stop_event = MultiprocessingEvent(ctx=self._context())
+        try:
+            asyncio.run(self._algorithm_side(algorithm, store, stop_event))
+        except KeyboardInterrupt:
+            logger.warning("Interrupted; the algorithm and the store server stopped")
+            raise
+
+    def _execute_runner_role(self, runner: RunnerBundle, store: LightningStore) -> None:
+        stop_event = MultiprocessingEvent(ctx=self._context())
+        runner_store = None if self.managed_store else store
+        if self.n_runners == 1:
+            try:
+                asyncio.run(self._runner_side(runner, runner_store, 0, stop_event))
+            except KeyboardInterrupt:
+                logger.warning("Interrupted; runner stopped")
+                raise
+            return
+        processes = [self._spawn_runner(runner, runner_store, i, stop_event) for i in range(self.n_runners)]
+        interrupted = False
+        try:
+            self._join_forever(processes)
+        except KeyboardInterrupt:
+            interrupted = True
+            logger.warning("Interrupted; stopping %d runner processes", len(processes))
+        finally:
+            self._shutdown(processes, stop_event)
+        if interrupted:
+            raise KeyboardInterrupt
+        self._check_exit_codes(processes)
+
+    def _execute_both_algorithm_on_main(
+        self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore
+    ) -> None:
+        stop_event = MultiprocessingEvent(ctx=self._context())
+        runner_store = None if self.managed_store else store
+        # Fork the runners before this process starts any thread (the server), so children start clean.
+        processes = [self._spawn_runner(runner, runner_store, i, stop_event) for i in range(self.n_runners)]
+
+        def runners_gone() -> bool:
+            if any(p.is_alive() for p in processes):
+                return False
+            codes = {p.name: p.exitcode for p in processes}
+            if all(code in self.allowed_exit_codes for code in codes.values()):
+                logger.warning("All runner processes exited (%s); stopping the algorithm", codes)
+            else:
+                logger.error("All runner processes exited, some abnormally (%s); stopping the algorithm", codes)
+            return True
+
+        self._run_main_and_shutdown(
+            lambda: asyncio.run(
+                self._algorithm_side(
+                    algorithm,
+                    store,
+                    stop_event,
+                    should_stop=runners_gone,
+                    before_server_stop=lambda: self._shutdown(processes, stop_event),
+                )
+            ),
+            "Algorithm",
+            processes,
+            stop_event,
+        )
+
+    def _execute_both_runner_on_main(
+        self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore
+    ) -> None:
+        stop_event = MultiprocessingEvent(ctx=self._context())
+        algorithm_process = self._context().Process(
+            target=_algorithm_process_main,
+            args=(self, algorithm, store, stop_event, os.getpid()),
+            name="AgentLightning-Algorithm",
+        )
+        algorithm_process.start()
+        runner_store = None if self.managed_store else store
+
+        def run_runner_then_wait() -> None:
+            asyncio.run(self._runner_side(runner, runner_store, 0, stop_event))
+            # The runner ended on its own: the algorithm runs to completion.
+            self._join_forever([algorithm_process])
+
+        self._run_main_and_shutdown(run_runner_then_wait, "Runner-0", [algorithm_process], stop_event)
+
+    # ---- process management ----
+
+    def _run_main_and_shutdown(
+        self,
+        main: Callable[[], None],
+        name: str,
+        processes: list[BaseProcess],
+        stop_event: ExecutionEvent,
+    ) -> None:
+        """Run `main` in this process, then stop the children with the escalation; raise what went wrong."""
+        error: Optional[BaseException] = None
+        interrupted = False
+        try:
+            main()
+        except KeyboardInterrupt:
+            interrupted = True
+            alive = sum(p.is_alive() for p in processes)
+            logger.warning("Interrupted; stopping %d remaining child processes", alive)
+        except BaseException as exc:
+            logger.error("%s failed in the main process (%r); stopping the child processes", name, exc)
+            error = exc
+        finally:
+            self._shutdown(processes, stop_event)
+        if interrupted:
+            raise KeyboardInterrupt
+        if error is not None:
+            raise error
+        self._check_exit_codes(processes)
+
+    @staticmethod
+    def _context() -> Any:
+        # fork keeps unpicklable trainer components (stores with locks, tracers) usable in the children.
+        if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():
+            return multiprocessing.get_context("fork")
+        return multiprocessing.get_context()
+
+    def _spawn_runner(
+        self, runner: RunnerBundle, store: Optional[LightningStore], worker_id: int, stop_event: ExecutionEvent
+    ) -> BaseProcess:
+        process = self._context().Process(
+            target=_runner_process_main,
+            args=(self, runner, store, worker_id, stop_event, os.getpid()),
+            name=f"AgentLightning-Runner-{worker_id}",
+        )
+        process.start()
+        return process
+
+    def _join_forever(self, processes: list[BaseProcess]) -> None:
+        for process in processes:
+            while process.is_alive():
+                process.join(timeout=_MONITOR_INTERVAL)
+
+    def _join_until(self, processes: list[BaseProcess], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            process.join(timeout=remaining)
+
+    def _shutdown(self, processes: list[BaseProcess], stop_event: ExecutionEvent) -> None:
+        """Stop the children: stop event, then SIGINT, SIGTERM and SIGKILL for the ones still alive."""
+        stop_event.set()
+        steps: list[tuple[str, float, Callable[[BaseProcess], None]]] = [
+            ("stop event", self.graceful_timeout, lambda p: None),
+            ("SIGINT", self.terminate_timeout, _send_sigint),
+            ("SIGTERM", self.terminate_timeout, lambda p: p.terminate()),
+            ("SIGKILL", self.terminate_timeout, lambda p: p.kill()),
+        ]
+        for step, wait_seconds, action in steps:
+            alive = [p for p in processes if p.is_alive()]
+            if not alive:
+                return
+            if step != "stop event":
+                logger.warning(
+                    "%d child processes still alive (%s); sending %s",
+                    len(alive),
+                    ", ".join(f"{p.name} pid={p.pid}" for p in alive),
+                    step,
+                )
+            for process in alive:
+                try:
+                    action(process)
+                except (ProcessLookupError, OSError):
+                    continue
+            try:
+                self._join_until(alive, wait_seconds)
+            except KeyboardInterrupt:
+                logger.warning("Interrupted again during shutdown; escalating immediately")
+        still_alive = [p.name for p in processes if p.is_alive()]
+        if still_alive:
+            logger.error("Child processes survived SIGKILL: %s", still_alive)
+
+    def _check_exit_codes(self, processes: list[BaseProcess]) -> None:
+        bad = [(p.name, p.pid, p.exitcode) for p in processes if p.exitcode not in self.allowed_exit_codes]
+        if bad:
+            details = ", ".join(f"{name} (pid {pid}) exited with code {code}" for name, pid, code in bad)
+            raise RuntimeError(f"{details}; allowed exit codes are {self.allowed_exit_codes}")
+
+
+async def _wait_for_server(client: LightningStoreClient, stop_event: ExecutionEvent) -> bool:
+    """Poll the server's health check until it answers (True) or the stop event is set (False)."""
+    announced = False
+    while not stop_event.is_set():
+        if await client.health():
+            if announced:
+                logger.info("Store server at %s is up", client.server_address)
+            return True
+        if not announced:
+            logger.info("Waiting for the store server at %s", client.server_address)
+            announced = True
+        await asyncio.sleep(_MONITOR_INTERVAL)
+    return False
+
+
+def _send_sigint(process: BaseProcess) -> None:
+    if process.pid is not None:
+        os.kill(process.pid, signal.SIGINT)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make the kernel SIGTERM this child if the parent dies without shutting it down (Linux only)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        # The parent died before prctl took effect.
+        os._exit(1)
+
+
+def _runner_process_main(
+    strategy: ClientServerExecutionStrategy,
+    runner: RunnerBundle,
+    store: Optional[LightningStore],
+    worker_id: int,
+    stop_event: ExecutionEvent,
+    parent_pid: int,
+) -> None:
+    _die_with_parent(parent_pid)
+    try:
+        asyncio.run(strategy._runner_side(runner, store, worker_id, stop_event))
+    except KeyboardInterrupt:
+        logger.info("Runner %d interrupted; exiting", worker_id)
+    except BaseException:
+        logger.exception("Runner %d crashed; asking every bundle to stop", worker_id)
+        stop_event.set()
+        sys.exit(1)
+
+
+def _algorithm_process_main(
+    strategy: ClientServerExecutionStrategy,
+    algorithm: AlgorithmBundle,
+    store: LightningStore,
+    stop_event: ExecutionEvent,
+    parent_pid: int,
+) -> None:
+    _die_with_parent(parent_pid)
+    try:
+        asyncio.run(strategy._algorithm_side(algorithm, store, stop_event))
+    except KeyboardInterrupt:
+        logger.info("Algorithm interrupted; exiting")
+    except BaseException:
+        logger.exception("Algorithm crashed; asking every bundle to stop")
+        stop_event.set()
+        sys.exit(1)
+    finally:
+        stop_event.set()

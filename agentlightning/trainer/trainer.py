@@ -1,0 +1,405 @@
+"""Trainer: builds the components from specs and hands an algorithm bundle and a runner bundle to a strategy."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import inspect
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from agentlightning.algorithm.base import Algorithm
+from agentlightning.algorithm.fast import FastAlgorithm
+from agentlightning.execution.base import ExecutionStrategy
+from agentlightning.execution.client_server import ClientServerExecutionStrategy
+from agentlightning.execution.events import ExecutionEvent
+from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
+from agentlightning.store.base import LightningStore
+from agentlightning.types import Dataset, Hook, NamedResources
+
+from .init_utils import build_component
+from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
+
+if TYPE_CHECKING:
+    from agentlightning.adapter import TraceAdapter
+    from agentlightning.litagent import LitAgent
+    from agentlightning.llm_proxy import LLMProxy
+    from agentlightning.runner import Runner
+    from agentlightning.tracer.base import Tracer
+
+__all__ = ["Trainer"]
+
+logger = logging.getLogger(__name__)
+
+ComponentSpec = Any
+"""An instance, a class, a zero-argument factory, an import path / registry name, a dict, or None."""
+
+_STOP_POLL_SECONDS = 0.1
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"Trainer({old}=...) is deprecated; use {new} instead", DeprecationWarning, stacklevel=3)
+
+
+def default_tracer(daemon: bool = True) -> Tracer:
+    """AgentOpsTracer when the agentops extra is installed, else an OtelTracer (both capture OpenAI calls)."""
+    if importlib.util.find_spec("agentops") is not None:
+        from agentlightning.tracer.agentops import AgentOpsTracer
+
+        return AgentOpsTracer(agentops_managed=True, instrument_managed=True, daemon=daemon)
+    from agentlightning.tracer.otel import OtelTracer
+
+    return OtelTracer()
+
+
+class Trainer:
+    """Wire an agent, an algorithm, a store, a tracer, an adapter and runners, and run them with a strategy.
+
+    Components may be given as instances, classes, factories, import paths, registry names or dicts
+    (`{"type": ..., **kwargs}`); see `agentlightning.trainer.init_utils.build_component`.
+
+    Args:
+        n_runners: runner workers (default 1); a strategy that sets its own `n_runners` wins.
+        max_rollouts: stop each runner after this many rollouts (None: no limit).
+        initial_resources: resources the algorithm publishes first (e.g. the seed prompt template).
+        tracer: default `AgentOpsTracer` when agentops is installed, else `OtelTracer`.
+        adapter: default `TracerTraceToTriplet()`; a dict without `type` configures that class.
+        store: default `InMemoryLightningStore` (thread-safe under the client-server strategy).
+        runner: default `LitAgentRunner(tracer=<tracer>, max_rollouts=<max_rollouts>)`.
+        strategy: default `ClientServerExecutionStrategy(n_runners=..., server_port=port)`; aliases "cs", "shm".
+        port: store server port for the client-server strategy (else `AGL_SERVER_PORT`, else 4747).
+        algorithm: what `fit` runs; None just keeps the runners serving until stopped.
+        llm_proxy: optional `LLMProxy` (dict specs get the store injected).
+        hooks: one `Hook` or a sequence of them, called by the runners around each rollout.
+        dev, n_workers, max_tasks, triplet_exporter: deprecated aliases (`.dev()`, `n_runners`,
+            `max_rollouts`, `adapter`).
+        daemon: passed to the default AgentOps tracer.
+    """
+
+    def __init__(
+        self,
+        *,
+        dev: bool = False,
+        n_runners: Optional[int] = None,
+        max_rollouts: Optional[int] = None,
+        initial_resources: Optional[NamedResources] = None,
+        tracer: ComponentSpec = None,
+        adapter: ComponentSpec = None,
+        store: ComponentSpec = None,
+        runner: ComponentSpec = None,
+        strategy: ComponentSpec = None,
+        port: Optional[int] = None,
+        algorithm: ComponentSpec = None,
+        llm_proxy: ComponentSpec = None,
+        n_workers: Optional[int] = None,
+        max_tasks: Optional[int] = None,
+        daemon: bool = True,
+        triplet_exporter: ComponentSpec = None,
+        hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
+    ) -> None:
+        if dev:
+            _deprecated("dev", "trainer.dev(agent, ...)")
+        if n_workers is not None:
+            _deprecated("n_workers", "n_runners")
+            if n_runners is not None and n_runners != n_workers:
+                raise ValueError(f"n_runners={n_runners} and deprecated n_workers={n_workers} disagree; pass n_runners")
+            n_runners = n_workers
+        if max_tasks is not None:
+            _deprecated("max_tasks", "max_rollouts")
+            if max_rollouts is not None and max_rollouts != max_tasks:
+                raise ValueError(
+                    f"max_rollouts={max_rollouts} and deprecated max_tasks={max_tasks} disagree; pass max_rollouts"
+                )
+            max_rollouts = max_tasks
+        if triplet_exporter is not None:
+            _deprecated("triplet_exporter", "adapter")
+            if adapter is not None:
+                raise ValueError("pass either adapter or the deprecated triplet_exporter, not both")
+            adapter = triplet_exporter
+
+        self._dev = dev
+        self.n_runners: int = 1 if n_runners is None else n_runners
+        if self.n_runners < 1:
+            raise ValueError(f"n_runners must be >= 1, got {self.n_runners}")
+        self.max_rollouts = max_rollouts
+        self.initial_resources = initial_resources
+        self.daemon = daemon
+        self.port = port
+
+        self.tracer: Tracer = self._make_tracer(tracer)
+        self.adapter: TraceAdapter[Any] = self._make_adapter(adapter)
+        self.algorithm: Optional[Algorithm] = self._make_algorithm(algorithm)
+        self.strategy: ExecutionStrategy = self._make_strategy(strategy)
+        strategy_runners = getattr(self.strategy, "n_runners", None)
+        if isinstance(strategy_runners, int):
+            self.n_runners = strategy_runners
+        self.store: LightningStore = self._make_store(store)
+        self.runner: Runner[Any] = self._make_runner(runner)
+        self.llm_proxy: Optional[LLMProxy] = self._make_llm_proxy(llm_proxy)
+        self.hooks: tuple[Hook, ...] = self._normalize_hooks(hooks)
+
+    # ---- backward-compatible attributes ----
+
+    @property
+    def n_workers(self) -> int:
+        """Deprecated alias of `n_runners`."""
+        return self.n_runners
+
+    @property
+    def max_tasks(self) -> Optional[int]:
+        """Deprecated alias of `max_rollouts`."""
+        return self.max_rollouts
+
+    @property
+    def triplet_exporter(self) -> TraceAdapter[Any]:
+        """Deprecated alias of `adapter`."""
+        return self.adapter
+
+    # ---- component construction ----
+
+    def _make_tracer(self, spec: ComponentSpec) -> Tracer:
+        from agentlightning.tracer.base import Tracer
+
+        return build_component(
+            spec,
+            expected_type=Tracer,
+            spec_name="tracer",
+            default_factory=lambda: default_tracer(self.daemon),
+            registry=TracerRegistry,
+        )
+
+    def _make_adapter(self, spec: ComponentSpec) -> TraceAdapter[Any]:
+        from agentlightning.adapter import TraceAdapter, TracerTraceToTriplet
+
+        return build_component(
+            spec,
+            expected_type=TraceAdapter,
+            spec_name="adapter",
+            default_factory=TracerTraceToTriplet,
+            dict_requires_type=False,
+            dict_default_cls=TracerTraceToTriplet,
+        )
+
+    def _make_algorithm(self, spec: ComponentSpec) -> Optional[Algorithm]:
+        return build_component(spec, expected_type=Algorithm, spec_name="algorithm", allow_none=True)
+
+    def _make_strategy(self, spec: ComponentSpec) -> ExecutionStrategy:
+        optional_defaults: dict[str, Any] = {"n_runners": self.n_runners}
+        if self.port is not None:
+            optional_defaults["server_port"] = self.port
+        strategy = build_component(
+            spec,
+            expected_type=ExecutionStrategy,
+            spec_name="strategy",
+            default_factory=lambda: ClientServerExecutionStrategy(n_runners=self.n_runners, server_port=self.port),
+            optional_defaults=optional_defaults,
+            registry=ExecutionStrategyRegistry,
+        )
+        if self.port is not None and isinstance(strategy, ClientServerExecutionStrategy):
+            strategy.server_port = self.port
+        return strategy
+
+    def _make_store(self, spec: ComponentSpec) -> LightningStore:
+        thread_safe = isinstance(self.strategy, ClientServerExecutionStrategy)
+
+        def default_store() -> LightningStore:
+            from agentlightning.store.memory import InMemoryLightningStore
+
+            return InMemoryLightningStore(thread_safe=thread_safe)
+
+        return build_component(
+            spec,
+            expected_type=LightningStore,
+            spec_name="store",
+            default_factory=default_store,
+            registry=StoreRegistry,
+        )
+
+    def _make_runner(self, spec: ComponentSpec) -> Runner[Any]:
+        from agentlightning.runner import LitAgentRunner, Runner
+
+        optional_defaults: dict[str, Any] = {"tracer": self.tracer}
+        if self.max_rollouts is not None:
+            optional_defaults["max_rollouts"] = self.max_rollouts
+        return build_component(
+            spec,
+            expected_type=Runner,
+            spec_name="runner",
+            default_factory=lambda: LitAgentRunner(tracer=self.tracer, max_rollouts=self.max_rollouts),
+            optional_defaults=optional_defaults,
+            dict_requires_type=False,
+            dict_default_cls=LitAgentRunner,
+        )
+
+    def _make_llm_proxy(self, spec: ComponentSpec) -> Optional[LLMProxy]:
+        if spec is None:
+            return None
+        from agentlightning.llm_proxy import LLMProxy
+
+        return build_component(
+            spec,
+            expected_type=LLMProxy,
+            spec_name="llm_proxy",
+            allow_none=True,
+            optional_defaults={"store": self.store},
+            dict_requires_type=False,
+            dict_default_cls=LLMProxy,
+        )
+
+    @staticmethod
+    def _normalize_hooks(hooks: Optional[Union[Hook, Sequence[Hook]]]) -> tuple[Hook, ...]:
+        if hooks is None:
+            return ()
+        items = (hooks,) if isinstance(hooks, Hook) else tuple(hooks)
+        for hook in items:
+            if not isinstance(hook, Hook):
+                raise TypeError(f"hooks must be agl.Hook instances, got {type(hook).__name__}")
+        return items
+
+    # ---- public entry points ----
+
+    def fit(
+        self,
+        agent: LitAgent[Any],
+        train_dataset: Optional[Union[Dataset[Any], str]] = None,
+        *,
+        val_dataset: Optional[Dataset[Any]] = None,
+    ) -> None:
+        """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes."""
+        if isinstance(train_dataset, str):
+            self.fit_v0(agent, train_dataset)
+            return
+        if self._dev:
+            self.dev(agent, train_dataset, val_dataset=val_dataset)
+            return
+        self._execute(agent, self.algorithm, train_dataset, val_dataset)
+
+    def dev(
+        self,
+        agent: LitAgent[Any],
+        train_dataset: Optional[Dataset[Any]] = None,
+        *,
+        val_dataset: Optional[Dataset[Any]] = None,
+    ) -> None:
+        """Dry run with a fast algorithm (default `Baseline()`) to check the agent and its spans end to end."""
+        algorithm = self.algorithm
+        if algorithm is None:
+            from agentlightning.algorithm.baseline import Baseline
+
+            algorithm = Baseline()
+        if not isinstance(algorithm, FastAlgorithm):
+            raise TypeError(
+                f"Trainer.dev() only runs a FastAlgorithm (such as agl.Baseline()), got {type(algorithm).__name__}; "
+                "use Trainer.fit() for full algorithms"
+            )
+        self._execute(agent, algorithm, train_dataset, val_dataset)
+
+    def fit_v0(self, agent: LitAgent[Any], backend: str, **kwargs: Any) -> None:
+        """The v0.1 API (`fit(agent, "http://server")`) is not supported by this implementation."""
+        raise ValueError(
+            f"Trainer.fit received the string {backend!r} as train_dataset: that is the v0.1 client/server API, "
+            "which this version does not support. Pass a dataset (e.g. a list of tasks) and, to use a remote "
+            "store, Trainer(store=agl.LightningStoreClient(url), strategy={'type': 'cs', 'managed_store': False})"
+        )
+
+    # ---- bundles ----
+
+    def _execute(
+        self,
+        agent: LitAgent[Any],
+        algorithm: Optional[Algorithm],
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> None:
+        agent.set_trainer(self)
+
+        async def algorithm_bundle(store: LightningStore, event: ExecutionEvent) -> None:
+            await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)
+
+        async def runner_bundle(store: LightningStore, worker_id: int, event: ExecutionEvent) -> None:
+            await self._run_runner(agent, store, worker_id, event)
+
+        self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+
+    async def _run_algorithm(
+        self,
+        algorithm: Optional[Algorithm],
+        store: LightningStore,
+        event: ExecutionEvent,
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> None:
+        if algorithm is None:
+            logger.info("No algorithm configured; serving runners until the stop event")
+            while not event.is_set():
+                await asyncio.sleep(_STOP_POLL_SECONDS)
+            return
+        algorithm.set_trainer(self)
+        algorithm.set_store(store)
+        algorithm.set_adapter(self.adapter)
+        if self.initial_resources is not None:
+            algorithm.set_initial_resources(self.initial_resources)
+        if self.llm_proxy is not None:
+            self.llm_proxy.set_store(store)
+            algorithm.set_llm_proxy(self.llm_proxy)
+        if algorithm.is_async():
+            result = algorithm.run(train_dataset=train_dataset, val_dataset=val_dataset)
+        else:
+            # Sync algorithms may block or start their own event loops, so they get a thread of their own.
+            result = await _run_in_daemon_thread(
+                lambda: algorithm.run(train_dataset=train_dataset, val_dataset=val_dataset),
+                f"AgentLightning-{type(algorithm).__name__}",
+            )
+        if inspect.isawaitable(result):
+            await result
+
+    def _runner_for_worker(self, worker_id: int) -> Runner[Any]:
+        """The runner instance for a worker: its own shallow copy when several share this process."""
+        if worker_id == 0 or not isinstance(self.strategy, SharedMemoryExecutionStrategy) or self.n_runners == 1:
+            return self.runner
+        return copy.copy(self.runner)
+
+    async def _run_runner(
+        self, agent: LitAgent[Any], store: LightningStore, worker_id: int, event: ExecutionEvent
+    ) -> None:
+        runner = self._runner_for_worker(worker_id)
+        runner.init(agent=agent, hooks=list(self.hooks))
+        try:
+            runner.init_worker(worker_id, store)
+            try:
+                await runner.iter(event=event)
+            finally:
+                runner.teardown_worker(worker_id)
+        finally:
+            runner.teardown()
+
+
+async def _run_in_daemon_thread(func: Callable[[], Any], name: str) -> Any:
+    """Run a blocking call in a daemon thread, so a cancelled run never keeps the process alive."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: Optional[BaseException]) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, error = func(), None
+        except BaseException as exc:
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            logger.debug("%s finished after its event loop closed", name)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await future

@@ -1,0 +1,127 @@
+"""GRPO through `Trainer.fit`: runners call the policy server, spans become triplets, the policy trains."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+import agentlightning as agl
+from agentlightning.algorithm.grpo import GRPO, GRPOConfig, read_metrics
+from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.types import LLM
+from tests.support.tiny_model import tiny_model
+
+pytestmark = [pytest.mark.train, pytest.mark.slow]
+
+TASKS = [{"question": f"question {i}"} for i in range(4)]
+
+
+def vowel_fraction(text: str) -> float:
+    return sum(c in "aeiou" for c in text) / max(1, len(text))
+
+
+@agl.rollout
+async def vowel_agent(task: dict[str, Any], llm: LLM) -> float:
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+    response = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
+    )
+    return vowel_fraction(response.choices[0].message.content or "")
+
+
+def _fit(algorithm: GRPO, store: InMemoryLightningStore, val: bool = False) -> None:
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=store,
+        runner={"poll_interval": 0.05},
+        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
+    )
+    trainer.fit(vowel_agent, train_dataset=TASKS, val_dataset=TASKS[:2] if val else None)
+
+
+def _config(tmp_path: Path, **overrides: Any) -> GRPOConfig:
+    values: dict[str, Any] = {
+        "group_size": 4,
+        "batch_size": 2,
+        "total_steps": 2,
+        "max_new_tokens": 6,
+        "learning_rate": 3e-2,
+        "device": "cpu",
+        "checkpoint_dir": str(tmp_path / "ckpt"),
+        **overrides,
+    }
+    return GRPOConfig(**values)
+
+
+def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    algorithm = GRPO(_config(tmp_path), model=model, tokenizer=tokenizer)
+    _fit(algorithm, InMemoryLightningStore(), val=True)
+
+    steps = [record["step"] for record in algorithm.history]
+    assert steps == [0, 1, 2]
+    assert "val_reward_mean" in algorithm.history[0] and "val_reward_mean" in algorithm.history[-1]
+    for record in algorithm.history[1:]:
+        assert record["rollouts"] == 8 and record["rollouts_failed"] == 0
+        # Token ids and logprobs travelled server -> tracer -> store -> adapter: nothing recomputed or skipped.
+        assert record["old_logprobs_recomputed"] == 0 and record["triplets_skipped"] == 0
+        assert 0.0 <= record["reward_mean"] <= 1.0
+    assert algorithm.history[-1]["weights_version"] == 2
+    metrics_file = tmp_path / "ckpt" / "metrics.jsonl"
+    assert [json.loads(line)["step"] for line in metrics_file.read_text().splitlines()] == [0, 1, 2]
+    assert (tmp_path / "ckpt" / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
+
+
+class CrashingGRPO(GRPO):
+    """Dies in the update of step 2, after that step's rollouts finished (a crash mid-training)."""
+
+    def _locked_update(self, samples: Any) -> Any:
+        assert self.learner is not None
+        if self.learner.global_step == 1:
+            raise RuntimeError("simulated crash")
+        return super()._locked_update(samples)
+
+
+def test_resume_after_a_crash_reuses_the_checkpoint_and_the_rollouts_in_the_store(tmp_path: Path) -> None:
+    store = InMemoryLightningStore()
+    model, tokenizer = tiny_model()
+    crashing = CrashingGRPO(_config(tmp_path), model=model, tokenizer=tokenizer)
+    with pytest.raises(Exception, match="simulated crash"):
+        _fit(crashing, store)
+    assert [r["step"] for r in crashing.history] == [1]
+    step_two = [r for r in asyncio.run(store.query_rollouts()) if (r.metadata or {}).get("grpo_step") == 1]
+    assert len(step_two) == 8 and all(r.status == "succeeded" for r in step_two)
+
+    model, tokenizer = tiny_model(seed=5)  # fresh weights: the checkpoint must supply them
+    resumed = GRPO(_config(tmp_path), model=model, tokenizer=tokenizer)
+    _fit(resumed, store)
+    assert [r["step"] for r in resumed.history] == [2]
+    step_two_after = [r for r in asyncio.run(store.query_rollouts()) if (r.metadata or {}).get("grpo_step") == 1]
+    assert {r.rollout_id for r in step_two_after} == {r.rollout_id for r in step_two}  # reused, none added
+    assert [r["step"] for r in read_metrics(tmp_path / "ckpt" / "metrics.jsonl")] == [1, 2]
+
+
+def test_tasks_for_a_step_are_a_deterministic_walk_over_shuffled_epochs(tmp_path: Path) -> None:
+    algorithm = GRPO(_config(tmp_path, batch_size=3, seed=1))
+    dataset = list(range(4))
+    walk = [index for step in range(4) for index, _ in algorithm.tasks_for_step(dataset, step)]
+    assert sorted(walk[:4]) == [0, 1, 2, 3] and sorted(walk[4:8]) == [0, 1, 2, 3]
+    assert walk == [index for step in range(4) for index, _ in algorithm.tasks_for_step(dataset, step)]
+
+
+def test_config_overrides_and_validation(tmp_path: Path) -> None:
+    algorithm = GRPO(_config(tmp_path), group_size=8)
+    assert algorithm.config.group_size == 8 and algorithm.config.batch_size == 2
+    with pytest.raises(ValueError, match="group_size=0"):
+        GRPOConfig(group_size=0)
+    with pytest.raises(TypeError, match="unknown GRPOConfig fields"):
+        GRPO(n_rollouts=3)
+    with pytest.raises(ValueError, match="tokenizer"):
+        GRPO(model=tiny_model()[0])
+    assert type(agl.GRPO(group_size=2)).__name__ == "GRPO"

@@ -1,0 +1,204 @@
+"""The GRPO learner on a tiny model: updates, served weights, token-id round trip, LoRA, checkpoints."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import torch
+
+from agentlightning.algorithm.grpo import GRPOConfig, GRPOLearner, RolloutTriplets, Sample, samples_from_rollouts
+from agentlightning.serving.server import PolicyServer
+from agentlightning.types import Triplet
+from tests.support.tiny_model import tiny_model
+
+pytestmark = pytest.mark.train
+
+
+def _samples(count: int = 6, seed: int = 0) -> list[Sample]:
+    rng = random.Random(seed)
+    return [
+        Sample(
+            prompt_ids=[1] + [rng.randrange(3, 300) for _ in range(rng.randrange(2, 6))],
+            response_ids=[rng.randrange(3, 300) for _ in range(rng.randrange(1, 5))],
+            advantage=rng.choice([-1.0, 1.0]),
+        )
+        for _ in range(count)
+    ]
+
+
+def _config(**overrides: Any) -> GRPOConfig:
+    return GRPOConfig(**{"learning_rate": 1e-2, "micro_batch_size": 2, "device": "cpu", **overrides})
+
+
+def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def test_a_step_changes_the_weights_and_reports_metrics() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config())
+    before = _params(learner.policy)
+    metrics = learner.step(_samples())
+    assert learner.global_step == 1
+    assert any(not torch.equal(before[n], p) for n, p in learner.policy.named_parameters())
+    # Old logprobs were missing: recomputed from the same weights, so the first update is exactly on-policy.
+    assert metrics["old_logprobs_recomputed"] == 6
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["clip_fraction"] == 0.0
+    for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "train_tokens_per_s"):
+        assert key in metrics
+    assert metrics["entropy"] > 0 and not learner.policy.training
+
+
+def test_served_token_ids_and_logprobs_are_exactly_what_is_trained_on() -> None:
+    model, tokenizer = tiny_model()
+    config = _config(temperature=0.7)
+    learner = GRPOLearner(model, tokenizer, config)
+    with PolicyServer(learner.policy, tokenizer, seed=0) as server:
+        client = openai.OpenAI(base_url=server.endpoint, api_key="x", max_retries=0)
+        response = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=8, temperature=0.7, logprobs=True
+        ).model_dump()
+    choice = response["choices"][0]
+    served_logprobs = [e["logprob"] for e in choice["logprobs"]["content"]]
+    triplet = Triplet(
+        prompt={"token_ids": response["prompt_token_ids"]},
+        response={"token_ids": choice["token_ids"], "logprobs": choice["logprobs"]},
+        reward=1.0,
+    )
+    (sample,) = samples_from_rollouts([RolloutTriplets("ro", "g", [triplet])])
+    assert sample.prompt_ids + sample.response_ids == response["prompt_token_ids"] + choice["token_ids"]
+    assert sample.old_logprobs == served_logprobs
+    # The learner scores the same tokens at the same temperature to the same values.
+    assert learner.score([sample])[0] == pytest.approx(served_logprobs, abs=1e-4)
+
+
+def test_weights_trained_in_shared_mode_are_served_immediately() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(learning_rate=5e-2))
+    with PolicyServer(learner.policy, tokenizer, seed=0) as server:
+        client = openai.OpenAI(base_url=server.endpoint, api_key="x", max_retries=0)
+        greedy: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
+        greedy.update(temperature=0, logprobs=True)
+        before = client.chat.completions.create(**greedy).model_dump()
+        with server.engine.exclusive():
+            learner.step(_samples(8))
+        assert server.update_weights(learner.policy) == 1
+        after = client.chat.completions.create(**greedy).model_dump()
+    assert after["system_fingerprint"] == "weights-v1"
+    first_token = after["choices"][0]["token_ids"][0]
+    sample = Sample(prompt_ids=after["prompt_token_ids"], response_ids=[first_token], advantage=0.0)
+    assert after["choices"][0]["logprobs"]["content"][0]["logprob"] == pytest.approx(
+        learner.score([sample])[0][0], abs=1e-4
+    )
+    assert before["choices"][0]["logprobs"] != after["choices"][0]["logprobs"]
+
+
+def test_gradient_accumulation_matches_one_big_batch() -> None:
+    samples = _samples(6)
+    results = []
+    for micro in (6, 2, 1):
+        model, tokenizer = tiny_model()
+        learner = GRPOLearner(model, tokenizer, _config(micro_batch_size=micro))
+        learner.step(samples)
+        results.append(_params(learner.policy))
+    for name, value in results[0].items():
+        assert torch.allclose(value, results[1][name], atol=1e-6)
+        assert torch.allclose(value, results[2][name], atol=1e-6)
+
+
+def test_gradient_accumulation_steps_sets_the_number_of_optimizer_steps() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(
+        model, tokenizer, _config(micro_batch_size=2, gradient_accumulation_steps=2, epochs_per_batch=2)
+    )
+    assert learner.step(_samples(8))["optimizer_steps"] == 4  # 4 micro-batches / 2 per step, twice
+
+
+def test_lora_trains_only_adapters_and_uses_the_disabled_base_as_reference() -> None:
+    model, tokenizer = tiny_model()
+    base_before = _params(model)
+    learner = GRPOLearner(model, tokenizer, _config(lora_rank=4, kl_coef=0.1, learning_rate=5e-2))
+    trainable = [n for n, p in learner.policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert learner.reference is None
+    samples = _samples(6)
+    first = learner.step(samples)
+    second = learner.step(samples)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # LoRA B starts at zero: policy == reference
+    assert second["kl"] > 0
+    for name, parameter in learner.policy.get_base_model().named_parameters():  # type: ignore[operator]
+        if "lora_" not in name:
+            assert torch.equal(parameter, base_before[name.replace(".base_layer.", ".")])
+    # The reference (adapters disabled) still scores like the untouched base model.
+    untouched, _ = tiny_model()
+    reference_scores = learner.score(samples, reference=True)
+    plain = GRPOLearner(untouched, tokenizer, _config()).score(samples)
+    assert reference_scores[0] == pytest.approx(plain[0], abs=1e-5)
+
+
+def test_full_finetuning_with_kl_keeps_a_frozen_reference_copy() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(kl_coef=0.5))
+    assert learner.reference is not None and learner.reference is not learner.policy
+    learner.step(_samples())
+    assert learner.step(_samples())["kl"] > 0
+    assert all(not p.requires_grad for p in learner.reference.parameters())
+
+
+def test_checkpoint_resume_continues_exactly_like_an_uninterrupted_run(tmp_path: Path) -> None:
+    batches = [_samples(4, seed=s) for s in range(3)]
+    model, tokenizer = tiny_model()
+    straight = GRPOLearner(model, tokenizer, _config(epochs_per_batch=2))
+    for batch in batches:
+        straight.step(batch)
+
+    model, tokenizer = tiny_model()
+    first = GRPOLearner(model, tokenizer, _config(epochs_per_batch=2, keep_checkpoints=1))
+    first.step(batches[0])
+    first.save_checkpoint(tmp_path, extra={"note": "after step 1"})
+    first.step(batches[1])
+    path = first.save_checkpoint(tmp_path)
+    assert GRPOLearner.latest_checkpoint(tmp_path) == path and path.name == "step-000002"
+    assert [p.name for p in tmp_path.iterdir()] == ["step-000002"]  # keep_checkpoints=1 pruned step 1
+
+    model, tokenizer = tiny_model(seed=9)  # different initial weights: everything must come from the checkpoint
+    resumed = GRPOLearner(model, tokenizer, _config(epochs_per_batch=2))
+    resumed.load_checkpoint(path)
+    assert resumed.global_step == 2
+    resumed.step(batches[2])
+    for name, value in _params(straight.policy).items():
+        assert torch.allclose(value, dict(resumed.policy.named_parameters())[name], atol=1e-6), name
+
+
+def test_checkpoints_refuse_a_different_model_layout(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    path = GRPOLearner(model, tokenizer, _config(lora_rank=2)).save_checkpoint(tmp_path)
+    other, _ = tiny_model()
+    with pytest.raises(ValueError, match="LoRA"):
+        GRPOLearner(other, tokenizer, _config()).load_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="not a GRPO checkpoint"):
+        GRPOLearner(copy.deepcopy(other), tokenizer, _config()).load_checkpoint(tmp_path)
+
+
+def test_export_merges_lora_into_a_servable_model(tmp_path: Path) -> None:
+    from agentlightning.serving.models import load_causal_lm
+
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(lora_rank=4, learning_rate=5e-2))
+    learner.step(_samples())
+    learner.step(_samples())
+    exported, _ = load_causal_lm(str(learner.export_model(tmp_path / "export")), device="cpu")
+    ids = torch.tensor([[1, 20, 21, 22]])
+    with torch.no_grad():
+        assert torch.allclose(exported(input_ids=ids).logits, learner.policy(input_ids=ids).logits, atol=1e-5)
+
+
+def test_a_step_without_samples_explains_what_to_check() -> None:
+    model, tokenizer = tiny_model()
+    with pytest.raises(ValueError, match="token ids"):
+        GRPOLearner(model, tokenizer, _config()).step([])

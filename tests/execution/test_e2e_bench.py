@@ -1,0 +1,36 @@
+"""The end-to-end benchmark runs and accounts for every rollout and span (a smoke test, no timing checks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "e2e_bench.py"
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("e2e_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["e2e_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, mode", [("memory", "batch"), ("sqlite", "batch_partial")])
+def test_small_run_accounts_for_all_rollouts_and_spans(backend: str, mode: str) -> None:
+    bench = _load_bench()
+    args = bench.parse_args(
+        [
+            "--total-tasks", "12", "--batch-size", "5", "--remaining-tasks", "4", "--n-runners", "2",
+            "--max-rounds", "3", "--backend", backend, "--mode", mode,
+        ]
+    )  # fmt: skip
+    result = bench.run(args)
+    assert (result.rollouts, result.succeeded) == (12, 12)
+    assert (result.spans, result.missing_spans) == (12 * 4, 0)
