@@ -1,0 +1,127 @@
+"""The proxy's ASGI app: OpenAI routes, plain and under `/rollout/{rollout_id}/attempt/{attempt_id}`.
+
+Hot-path routes are plain Starlette routes (no FastAPI body validation) to keep the added latency low.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .call import CallKind, ProxyCall
+from .forward import error_response, forward_call
+from .models import WILDCARD, UnknownModelError
+from .runtime import ProxyRuntime
+from .spans import parse_traceparent
+
+__all__ = ["build_proxy_app", "HEALTH_PATH", "ROUTE_PREFIXES"]
+
+logger = logging.getLogger(__name__)
+
+HEALTH_PATH = "/health"
+ROLLOUT_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}"
+ROUTE_PREFIXES = ("", "/v1", ROLLOUT_PREFIX, ROLLOUT_PREFIX + "/v1")
+
+
+def _parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"the request body is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body  # type: ignore[return-value]
+
+
+async def _handle_call(runtime: ProxyRuntime, request: Request, kind: CallKind) -> Response:
+    start_time = time.time()
+    try:
+        body = _parse_body(await request.body())
+    except ValueError as exc:
+        return error_response(400, str(exc), error_type="invalid_request_error")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return error_response(
+            400,
+            f"the request needs a 'model' (one of {runtime.router.model_names})",
+            error_type="invalid_request_error",
+            param="model",
+        )
+    try:
+        deployments = runtime.router.resolve(model)
+    except UnknownModelError as exc:
+        return error_response(404, str(exc), error_type="invalid_request_error", param="model")
+    params = request.path_params
+    call = ProxyCall(
+        kind=kind,
+        client_body=body,
+        body=dict(body),
+        headers=request.headers,
+        start_time=start_time,
+        path_rollout_id=params.get("rollout_id"),
+        path_attempt_id=params.get("attempt_id"),
+        client_stream=bool(body.get("stream")),
+    )
+    trace_parent = parse_traceparent(request.headers.get("traceparent"))
+    if trace_parent is not None:
+        call.trace_id, call.parent_span_id = trace_parent
+    for middleware in runtime.middlewares:
+        middleware.on_request(call, runtime)
+    for callback in runtime.callbacks:
+        callback.on_request(call, runtime)
+    if call.convert_stream:
+        call.body["stream"] = False
+        call.body.pop("stream_options", None)
+    return await forward_call(runtime, call, deployments)
+
+
+def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:
+    """The proxy app serving `runtime`; the HTTP client and span exporter live in its lifespan."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await runtime.startup()
+        try:
+            yield
+        finally:
+            await runtime.shutdown()
+
+    app = FastAPI(title="agentlightning LLM proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    async def chat_completions(request: Request) -> Response:
+        return await _handle_call(runtime, request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await _handle_call(runtime, request, "completion")
+
+    async def models(request: Request) -> Response:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "agentlightning"}
+            for name in runtime.router.model_names
+            if name != WILDCARD
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    app.add_route(HEALTH_PATH, health, methods=["GET"], include_in_schema=False)
+    for prefix in ROUTE_PREFIXES:
+        app.add_route(prefix + "/chat/completions", chat_completions, methods=["POST"])
+        app.add_route(prefix + "/completions", completions, methods=["POST"])
+        app.add_route(prefix + "/models", models, methods=["GET"])
+
+    @app.exception_handler(Exception)
+    async def unhandled(request: Request, exc: Exception) -> Response:  # pyright: ignore[reportUnusedFunction]
+        logger.exception("LLM proxy failed on %s %s", request.method, request.url.path)
+        return error_response(500, f"LLM proxy error: {type(exc).__name__}: {exc}", error_type="proxy_error")
+
+    return app

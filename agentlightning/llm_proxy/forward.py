@@ -1,0 +1,251 @@
+"""Forwarding one LLM call to its backend: retries, unary answers, and SSE relayed chunk by chunk.
+
+A streamed answer reaches the client as the backend produces it, byte for byte, while a recorder
+rebuilds the complete response (content, tool calls, usage, token ids) from the same bytes. Only the
+terminating `data: [DONE]` event is held back until the call is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Any, Optional
+
+import aiohttp
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .call import ENDPOINT_OF_KIND, ProxyCall
+from .models import Deployment
+from .runtime import ProxyRuntime
+from .streaming import SSEResponseRecorder, response_to_sse_events
+
+__all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES"]
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_BACKOFF_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0)
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_DONE_MARKER = b"data: [DONE]"
+
+
+def error_response(status_code: int, message: str, *, error_type: str, param: Optional[str] = None) -> JSONResponse:
+    """An OpenAI-style error body, so OpenAI clients raise with the message."""
+    return JSONResponse(
+        {"error": {"message": message, "type": error_type, "param": param, "code": status_code}},
+        status_code=status_code,
+    )
+
+
+class BackendUnavailable(Exception):
+    """No backend answered (connection refused, timeout...) after all retries."""
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError)
+
+
+async def _post(client: aiohttp.ClientSession, call: ProxyCall, deployment: Deployment) -> aiohttp.ClientResponse:
+    """POST the call to `deployment`; the response body is left unread."""
+    payload = dict(call.body)
+    payload["model"] = deployment.backend_model
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    if deployment.api_key:
+        headers["Authorization"] = f"Bearer {deployment.api_key}"
+    if deployment.extra_headers:
+        headers.update(deployment.extra_headers)
+    timeout = aiohttp.ClientTimeout(total=deployment.timeout) if deployment.timeout is not None else None
+    return await client.request(
+        "POST",
+        deployment.url(ENDPOINT_OF_KIND[call.kind]),
+        data=json.dumps(payload).encode("utf-8"),
+        headers=headers,
+        **({"timeout": timeout} if timeout is not None else {}),
+    )
+
+
+async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deployment]) -> aiohttp.ClientResponse:
+    """The backend's response (body not read yet), retrying transport errors and retryable statuses."""
+    client = runtime.http_client()
+    attempts = runtime.num_retries + 1
+    last_error: Optional[BaseException] = None
+    for attempt in range(attempts):
+        deployment = deployments[attempt % len(deployments)]
+        call.deployment, call.n_attempts = deployment, attempt + 1
+        if attempt:
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS[min(attempt - 1, len(RETRY_BACKOFF_SECONDS) - 1)])
+        try:
+            response = await _post(client, call, deployment)
+        except _TRANSPORT_ERRORS as exc:
+            last_error = exc
+            logger.info(
+                "backend %s for %r failed: %r (attempt %d/%d)",
+                deployment.api_base,
+                call.model,
+                exc,
+                attempt + 1,
+                attempts,
+            )
+            continue
+        if response.status in RETRYABLE_STATUS_CODES and attempt + 1 < attempts:
+            response.close()
+            logger.info(
+                "backend %s for %r answered HTTP %d (attempt %d/%d)",
+                deployment.api_base,
+                call.model,
+                response.status,
+                attempt + 1,
+                attempts,
+            )
+            continue
+        return response
+    where = call.deployment.api_base if call.deployment is not None else "?"
+    raise BackendUnavailable(
+        f"backend {where} for model {call.model!r} is unreachable after {attempts} attempt(s): "
+        f"{type(last_error).__name__}: {last_error}; is the model server running?"
+    )
+
+
+def _error_message(content: bytes, status_code: int) -> str:
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return content.decode("utf-8", "replace")[:2000] or f"HTTP {status_code}"
+    if isinstance(body, dict):
+        error: Any = body.get("error", body)
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])  # type: ignore[index]
+        return json.dumps(error)
+    return json.dumps(body)
+
+
+def _passthrough_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+    content_type = response.headers.get("content-type")
+    return {"content-type": content_type} if content_type else {}
+
+
+async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.ClientResponse) -> Response:
+    try:
+        content = await response.read()
+    except _TRANSPORT_ERRORS + (aiohttp.ClientPayloadError,) as exc:
+        response.close()
+        call.status_code, call.end_time = 502, time.time()
+        call.error = f"the backend's answer broke off: {type(exc).__name__}: {exc}"
+        await runtime.finish(call)
+        return error_response(502, call.error, error_type="upstream_error")
+    response.release()
+    call.status_code = response.status
+    if response.status < 400:
+        try:
+            parsed = json.loads(content)
+            call.response = parsed if isinstance(parsed, dict) else None
+        except ValueError:
+            call.error = "the backend answered with a body that is not JSON"
+    else:
+        call.error = _error_message(content, response.status)
+    call.end_time = time.time()
+    await runtime.finish(call)
+    if call.client_stream and call.response is not None:  # converted, or a backend that does not stream
+        include_usage = bool((call.client_body.get("stream_options") or {}).get("include_usage"))
+        events = response_to_sse_events(call.kind, call.response, include_usage=include_usage)
+        return Response(b"".join(events), media_type="text/event-stream", headers=_SSE_HEADERS)
+    return Response(content, status_code=response.status, headers=_passthrough_headers(response))
+
+
+async def _finish_abandoned(
+    runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.ClientResponse, recorder: SSEResponseRecorder, error: str
+) -> None:
+    response.close()
+    call.status_code = response.status
+    call.response = recorder.to_response()
+    call.error = error
+    call.end_time = time.time()
+    await runtime.finish(call)
+
+
+class _Relay:
+    """Relays one backend stream to the client; whatever happens to the exchange, the call gets recorded."""
+
+    def __init__(self, runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.ClientResponse) -> None:
+        self.runtime = runtime
+        self.call = call
+        self.response = response
+        self.recorder = SSEResponseRecorder(call.kind)
+        self.started = False
+        self.body = self._chunks()
+
+    async def _chunks(self) -> AsyncGenerator[bytes, None]:
+        self.started = True
+        runtime, call, response, recorder = self.runtime, self.call, self.response, self.recorder
+        held: list[bytes] = []
+        completed = False
+        failure = "the client disconnected before the stream ended"
+        try:
+            async for chunk in response.content.iter_any():
+                if held:
+                    held.append(chunk)
+                elif recorder.feed(chunk):
+                    cut = chunk.find(_DONE_MARKER)
+                    if cut > 0:
+                        yield chunk[:cut]
+                        held.append(chunk[cut:])
+                    else:
+                        held.append(chunk)
+                else:
+                    yield chunk
+            completed = True
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            failure = f"the backend stream broke: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            if not completed:
+                # Possibly cancelled: record in the background rather than awaiting here.
+                runtime.spawn(_finish_abandoned(runtime, call, response, recorder, failure))
+        response.release()
+        call.status_code = response.status
+        call.response = recorder.to_response()
+        call.error = recorder.error
+        call.end_time = time.time()
+        # Shielded: a client leaving now must not keep the finished call from being recorded.
+        await asyncio.shield(runtime.spawn(runtime.finish(call)))
+        for chunk in held:
+            yield chunk
+
+    def close(self) -> None:
+        """End of the exchange: close a relay the server stopped iterating (or never started)."""
+        if self.started:
+            self.runtime.spawn(self.body.aclose())
+        else:
+            failure = "the client disconnected before the stream started"
+            self.runtime.spawn(_finish_abandoned(self.runtime, self.call, self.response, self.recorder, failure))
+
+
+class _RelayResponse(StreamingResponse):
+    """A streaming response that closes its relay when the exchange ends, however it ends."""
+
+    def __init__(self, relay: _Relay, status_code: int) -> None:
+        super().__init__(relay.body, status_code=status_code, media_type="text/event-stream", headers=_SSE_HEADERS)
+        self.relay = relay
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.relay.close()
+
+
+async def forward_call(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deployment]) -> Response:
+    """Send the call to its backend and answer the client (streamed or not), recording the call."""
+    try:
+        response = await _send(runtime, call, deployments)
+    except BackendUnavailable as exc:
+        call.status_code, call.error, call.end_time = 502, str(exc), time.time()
+        await runtime.finish(call)
+        return error_response(502, str(exc), error_type="upstream_unavailable")
+    is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+    if not call.backend_stream or response.status >= 400 or not is_sse:
+        return await _unary(runtime, call, response)
+    return _RelayResponse(_Relay(runtime, call, response), response.status)
