@@ -1,8 +1,9 @@
 """Debug an APO-style agent without an algorithm: drive single rollouts with a runner, or watch them with a hook.
 
-The agent is a small "room selector": given a meeting request, it fills a `PromptTemplate` (the resource
-APO would optimise), asks the LLM resource to pick a meeting room, and returns 1.0 when the pick is the
-expected room (else 0.0). The runner turns that float into a reward span.
+The agent here, `room_selector`, is a one-call cousin of the one in `room_selector.py`: given a meeting
+request, it fills a `PromptTemplate` (the resource APO would optimise), asks the LLM resource to pick a
+meeting room, and returns 1.0 when the pick is the expected room (else 0.0). The runner turns that float into a reward span.
+The same two debugging modes work unchanged for any agent, `room_selector.py`'s included.
 
 Run (from the repository root):
 

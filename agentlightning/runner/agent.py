@@ -1,0 +1,446 @@
+"""`LitAgentRunner`: runs a `LitAgent` rollout by rollout under a tracer and reports to a store."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from agentlightning.emitter import emit_exception, emit_reward, find_final_reward
+from agentlightning.types import (
+    AttemptedRollout,
+    Hook,
+    NamedResources,
+    Rollout,
+    RolloutMode,
+    RolloutRawResult,
+    Span,
+    SpanCoreFields,
+)
+
+from .base import Runner, StopEvent
+from .heartbeat import HEARTBEAT_LAUNCH_MODES, WorkerHeartbeat
+
+if TYPE_CHECKING:
+    from agentlightning.litagent import LitAgent
+    from agentlightning.store.base import LightningStore
+    from agentlightning.tracer.base import Tracer
+
+__all__ = ["LitAgentRunner"]
+
+logger = logging.getLogger(__name__)
+
+T_task = TypeVar("T_task")
+
+SpanList = Union[list[ReadableSpan], list[Span]]
+
+# How often an idle runner re-checks its stop event while waiting for the next poll.
+STOP_CHECK_INTERVAL_SECONDS = 0.1
+
+
+class LitAgentRunner(Runner[T_task]):
+    """Runs a `LitAgent` against a `LightningStore`, tracing each rollout with `tracer`.
+
+    Per rollout: `on_rollout_start` hooks -> `tracer.trace_context(...)` -> `on_trace_start` hooks ->
+    the agent (training variant when `rollout.mode == "train"`, validation variant otherwise) ->
+    `on_trace_end` hooks -> context closes -> the return value is stored (float -> reward span, list ->
+    spans) -> `on_rollout_end` hooks -> the attempt is marked `succeeded`, or `failed` if anything raised
+    (the exception is also stored as an `agentlightning.exception` span). Hook errors are logged and never
+    stop the runner.
+
+    Synchronous agents run on the event loop's thread, like plain function calls (so `signal`-based
+    timeouts keep working), except when the loop has to keep serving something meanwhile: with
+    `heartbeat_launch_mode="asyncio"` inside `iter()` they run in a worker thread. Set
+    `sync_agent_in_thread` to True/False to force either.
+    """
+
+    sync_agent_in_thread: Optional[bool] = None
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        max_rollouts: Optional[int] = None,
+        poll_interval: float = 5.0,
+        heartbeat_interval: float = 10.0,
+        interval_jitter: float = 0.5,
+        heartbeat_launch_mode: Literal["thread", "asyncio"] = "thread",
+        heartbeat_include_gpu: bool = False,
+    ) -> None:
+        super().__init__()
+        if max_rollouts is not None and max_rollouts < 0:
+            raise ValueError(f"max_rollouts must be None (no limit) or >= 0, got {max_rollouts}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
+        if interval_jitter < 0:
+            raise ValueError(f"interval_jitter must be >= 0 seconds, got {interval_jitter}")
+        if heartbeat_launch_mode not in HEARTBEAT_LAUNCH_MODES:
+            raise ValueError(
+                f"heartbeat_launch_mode must be one of {HEARTBEAT_LAUNCH_MODES}, got {heartbeat_launch_mode!r}"
+            )
+        self._tracer = tracer
+        self._max_rollouts = max_rollouts
+        self._poll_interval = poll_interval
+        self._heartbeat_interval = heartbeat_interval
+        self._interval_jitter = interval_jitter
+        self._heartbeat_launch_mode: Literal["thread", "asyncio"] = heartbeat_launch_mode
+        self._heartbeat_include_gpu = heartbeat_include_gpu
+        self._agent: Optional[LitAgent[T_task]] = None
+        self._hooks: list[Hook] = []
+        self._store: Optional[LightningStore] = None
+        self._sync_in_thread_now = False
+
+    # ---- accessors ----
+
+    @property
+    def tracer(self) -> Tracer:
+        return self._tracer
+
+    def get_tracer(self) -> Tracer:
+        return self._tracer
+
+    def get_agent(self) -> LitAgent[T_task]:
+        if self._agent is None:
+            raise RuntimeError(f"{type(self).__name__} has no agent; call init(agent) or use run_context(agent=...)")
+        return self._agent
+
+    def get_store(self) -> LightningStore:
+        if self._store is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no store; call init_worker(worker_id, store) or use run_context(store=...)"
+            )
+        return self._store
+
+    def get_worker_id(self) -> str:
+        """The id this runner reports to the store: `Worker-<worker_id>` (or `Worker-Unknown`)."""
+        return f"Worker-{self.worker_id}" if self.worker_id is not None else "Worker-Unknown"
+
+    # ---- lifecycle ----
+
+    def init(self, agent: LitAgent[T_task], *, hooks: Optional[Sequence[Hook]] = None, **kwargs: Any) -> None:
+        """Link `agent` to this runner, register `hooks` and initialise the tracer."""
+        self._agent = agent
+        agent.set_runner(self)
+        self._hooks = list(hooks) if hooks is not None else []
+        self._tracer.init()
+
+    def init_worker(self, worker_id: int, store: LightningStore, **kwargs: Any) -> None:  # type: ignore[override]
+        """Bind worker `worker_id` to `store` (also for the tracer)."""
+        self.worker_id = worker_id
+        self._store = store
+        self._tracer.init_worker(worker_id, store)
+
+    def teardown_worker(self, worker_id: int, *args: Any, **kwargs: Any) -> None:
+        self._tracer.teardown_worker(worker_id)
+        self._store = None
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self._tracer.teardown()
+        self._hooks = []
+        self._agent = None
+
+    # ---- running ----
+
+    async def iter(self, *, event: Optional[StopEvent] = None) -> None:
+        """Dequeue and run rollouts until `event` is set or `max_rollouts` were processed."""
+        store = self.get_store()
+        worker_id = self.get_worker_id()
+        heartbeat = WorkerHeartbeat(
+            store,
+            worker_id,
+            interval=self._heartbeat_interval,
+            jitter=self._interval_jitter,
+            launch_mode=self._heartbeat_launch_mode,
+            include_gpu=self._heartbeat_include_gpu,
+        )
+        processed = 0
+        await heartbeat.start()
+        self._sync_in_thread_now = heartbeat.enabled and self._heartbeat_launch_mode == "asyncio"
+        try:
+            while not (event is not None and event.is_set()):
+                if self._max_rollouts is not None and processed >= self._max_rollouts:
+                    logger.info("%s processed %d rollout(s), reaching max_rollouts; stopping.", worker_id, processed)
+                    break
+                try:
+                    rollout = await store.dequeue_rollout(worker_id=worker_id)
+                except Exception:
+                    logger.exception("%s could not dequeue a rollout; retrying after the poll interval.", worker_id)
+                    rollout = None
+                if rollout is None:
+                    await self._idle(event)
+                    continue
+                await self._run_attempt(rollout, raise_on_error=False)
+                processed += 1
+        finally:
+            self._sync_in_thread_now = False
+            await heartbeat.stop()
+
+    async def step(
+        self,
+        input: T_task,
+        *,
+        resources: Optional[NamedResources] = None,
+        mode: Optional[RolloutMode] = None,
+        event: Optional[StopEvent] = None,
+    ) -> Rollout:
+        """Run one rollout of `input` now and return it in its final state; raises what the agent raised.
+
+        Given `resources` are added to the store first and used for this rollout; otherwise the store's
+        latest resources are used. `event` is accepted for symmetry with `iter` and not consulted.
+        """
+        store = self.get_store()
+        resources_id: Optional[str] = None
+        if resources is not None:
+            resources_id = (await store.add_resources(resources)).resources_id
+        attempted = await store.start_rollout(
+            input=input, mode=mode, resources_id=resources_id, worker_id=self.get_worker_id()
+        )
+        await self._run_attempt(attempted, raise_on_error=True)
+        final = await store.get_rollout_by_id(attempted.rollout_id)
+        if final is None:
+            raise RuntimeError(f"rollout {attempted.rollout_id!r} vanished from {type(store).__name__} after it ran")
+        return final
+
+    async def _idle(self, event: Optional[StopEvent]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._poll_interval
+        while not (event is not None and event.is_set()):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await asyncio.sleep(min(STOP_CHECK_INTERVAL_SECONDS, remaining))
+
+    # ---- one attempt ----
+
+    async def _run_attempt(self, rollout: AttemptedRollout, *, raise_on_error: bool) -> None:
+        store = self.get_store()
+        agent = self.get_agent()
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        started = time.time()
+        spans: SpanList = []
+        error: Optional[BaseException] = None
+        try:
+            await self._call_hooks("on_rollout_start", agent=agent, runner=self, rollout=rollout)
+            resources = await self._resolve_resources(rollout)
+            result = await self._trace_agent(agent, rollout, resources)
+            spans = await self._post_process(rollout, result)
+            self._log_completion(rollout, spans, started)
+        except BaseException as exc:  # also cancellation: the attempt must not be left running
+            error = exc
+            if isinstance(exc, Exception):
+                log = logger.debug if raise_on_error else logger.exception
+                log("%s: rollout %s attempt %s failed.", self.get_worker_id(), rollout_id, attempt_id)
+                if not spans:
+                    spans = self._captured_spans(rollout)
+                exception_span = await self._store_exception(rollout, exc)
+                if exception_span is not None:
+                    spans = [*spans, exception_span]  # type: ignore[list-item]
+        await self._call_hooks("on_rollout_end", agent=agent, runner=self, rollout=rollout, spans=spans)
+        try:
+            await store.update_attempt(rollout_id, attempt_id, status="failed" if error is not None else "succeeded")
+        except Exception:
+            logger.exception(
+                "%s could not finalise rollout %s attempt %s.", self.get_worker_id(), rollout_id, attempt_id
+            )
+        if error is not None and (raise_on_error or not isinstance(error, Exception)):
+            raise error
+
+    async def _resolve_resources(self, rollout: Rollout) -> NamedResources:
+        store = self.get_store()
+        if rollout.resources_id:
+            update = await store.get_resources_by_id(rollout.resources_id)
+            if update is None:
+                raise ValueError(
+                    f"rollout {rollout.rollout_id!r} refers to resources {rollout.resources_id!r}, which are not in "
+                    f"the store; add them with store.add_resources()/update_resources() before enqueueing"
+                )
+            return update.resources
+        update = await store.get_latest_resources()
+        if update is None:
+            logger.debug("rollout %s runs without resources: the store has none.", rollout.rollout_id)
+            return {}
+        return update.resources
+
+    async def _trace_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
+        tracer = self._tracer
+        async with tracer.trace_context(
+            name=rollout.rollout_id, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id
+        ):
+            await self._call_hooks("on_trace_start", agent=agent, runner=self, tracer=tracer, rollout=rollout)
+            try:
+                return await self._invoke_agent(agent, rollout, resources)
+            finally:
+                await self._call_hooks("on_trace_end", agent=agent, runner=self, tracer=tracer, rollout=rollout)
+
+    async def _invoke_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
+        training = rollout.mode == "train"
+        if agent.is_async():
+            method = agent.training_rollout_async if training else agent.validation_rollout_async
+            return await method(rollout.input, resources, rollout)
+        sync_method = agent.training_rollout if training else agent.validation_rollout
+        in_thread = self.sync_agent_in_thread if self.sync_agent_in_thread is not None else self._sync_in_thread_now
+        if in_thread:
+            # to_thread copies the context, so the open trace context still captures the agent's spans.
+            return await asyncio.to_thread(sync_method, rollout.input, resources, rollout)
+        return sync_method(rollout.input, resources, rollout)
+
+    # ---- results ----
+
+    async def _post_process(self, rollout: AttemptedRollout, result: RolloutRawResult | Any) -> SpanList:
+        """Store what the agent returned and return the rollout's spans (for hooks and logs)."""
+        if result is None:
+            return list(self._tracer.get_last_trace())
+        if isinstance(result, (bool, int)):
+            logger.warning(
+                "agent %s returned %s %r as reward; converting it to float (return a float to silence this).",
+                type(self.get_agent()).__name__,
+                type(result).__name__,
+                result,
+            )
+            result = float(result)
+        if isinstance(result, float):
+            return await self._store_reward(rollout, result)
+        if isinstance(result, list):
+            return await self._store_span_list(rollout, result)  # type: ignore[arg-type]
+        logger.warning(
+            "agent %s returned a %s, which is not a RolloutRawResult (None, float, or a list of spans); ignoring it. "
+            "Spans captured by the tracer are kept.",
+            type(self.get_agent()).__name__,
+            type(result).__name__,
+        )
+        return list(self._tracer.get_last_trace())
+
+    async def _store_reward(self, rollout: AttemptedRollout, reward: float) -> SpanList:
+        store = self.get_store()
+        spans: list[Span] = list(self._tracer.get_last_trace())
+        core = emit_reward(reward, propagate=False)
+        sequence_id = await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
+        span = Span.from_core_fields(
+            core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=sequence_id
+        )
+        stored = await store.add_span(span)
+        spans.append(stored if stored is not None else span)
+        return spans
+
+    async def _store_span_list(self, rollout: AttemptedRollout, items: list[Any]) -> SpanList:
+        store = self.get_store()
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        if not items:
+            logger.warning("agent returned an empty span list for rollout %s; nothing to store.", rollout_id)
+            return list(self._tracer.get_last_trace())
+        if all(isinstance(item, ReadableSpan) for item in items):
+            self._warn_duplicate_otel_spans(items)
+            for item in items:
+                await store.add_otel_span(rollout_id, attempt_id, item)
+            return list(items)
+        if all(isinstance(item, Span) for item in items):
+            spans = await self._attribute_spans(rollout, items)
+            stored = await store.add_many_spans(spans)
+            return list(stored) if len(stored) == len(spans) else spans
+        if all(isinstance(item, SpanCoreFields) for item in items):
+            sequence_ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
+            spans = [
+                Span.from_core_fields(core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=seq)
+                for core, seq in zip(items, sequence_ids, strict=True)
+            ]
+            stored = await store.add_many_spans(spans)
+            return list(stored) if len(stored) == len(spans) else spans
+        kinds = sorted({type(item).__name__ for item in items})
+        logger.warning(
+            "agent returned a list of %s for rollout %s; expected only ReadableSpan, only Span or only "
+            "SpanCoreFields. Ignoring it; spans captured by the tracer are kept.",
+            ", ".join(kinds),
+            rollout_id,
+        )
+        return list(self._tracer.get_last_trace())
+
+    async def _attribute_spans(self, rollout: AttemptedRollout, spans: list[Span]) -> list[Span]:
+        """Tie returned spans to the running attempt, allocating sequence ids where none were set."""
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        foreign = [s for s in spans if s.rollout_id not in ("", rollout_id) or s.attempt_id not in ("", attempt_id)]
+        if foreign:
+            logger.warning(
+                "%d returned span(s) name another rollout/attempt (e.g. %s/%s); storing them under %s/%s.",
+                len(foreign),
+                foreign[0].rollout_id,
+                foreign[0].attempt_id,
+                rollout_id,
+                attempt_id,
+            )
+        missing = [i for i, s in enumerate(spans) if s.sequence_id <= 0]
+        new_ids = await self.get_store().get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(missing))
+        allocated = dict(zip(missing, new_ids, strict=True))
+        return [
+            span.model_copy(
+                update={
+                    "rollout_id": rollout_id,
+                    "attempt_id": attempt_id,
+                    "sequence_id": allocated.get(i, span.sequence_id),
+                }
+            )
+            for i, span in enumerate(spans)
+        ]
+
+    def _warn_duplicate_otel_spans(self, items: list[ReadableSpan]) -> None:
+        captured = {s.span_id for s in self._tracer.get_last_trace()}
+        returned = {format(item.context.span_id, "016x") for item in items if item.context is not None}
+        duplicates = captured & returned
+        if duplicates:
+            logger.warning(
+                "%d returned OpenTelemetry span(s) were already captured by %s and are stored twice; return None "
+                "instead of the spans when the tracer already records them.",
+                len(duplicates),
+                type(self._tracer).__name__,
+            )
+
+    def _captured_spans(self, rollout: AttemptedRollout) -> list[Span]:
+        """What the tracer captured for this attempt (nothing if its trace context never opened)."""
+        try:
+            trace = self._tracer.get_last_trace()
+        except Exception:
+            return []
+        return [s for s in trace if s.rollout_id == rollout.rollout_id and s.attempt_id == rollout.attempt.attempt_id]
+
+    async def _store_exception(self, rollout: AttemptedRollout, exc: BaseException) -> Optional[Span]:
+        """Record the failure as an `agentlightning.exception` span; never raises."""
+        try:
+            store = self.get_store()
+            core = emit_exception(exc, propagate=False)
+            sequence_id = await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
+            span = Span.from_core_fields(
+                core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=sequence_id
+            )
+            stored = await store.add_span(span)
+            return stored if stored is not None else span
+        except Exception:
+            logger.exception("could not store the exception span of rollout %s", rollout.rollout_id)
+            return None
+
+    def _log_completion(self, rollout: AttemptedRollout, spans: SpanList, started: float) -> None:
+        if not logger.isEnabledFor(logging.INFO):
+            return
+        try:
+            reward = find_final_reward(spans)
+        except Exception:
+            reward = None
+        logger.info(
+            "[%s | Rollout %s] Completed in %.2fs with %d span(s). Final reward: %s",
+            self.get_worker_id(),
+            rollout.rollout_id,
+            time.time() - started,
+            len(spans),
+            reward,
+        )
+
+    async def _call_hooks(self, name: str, **kwargs: Any) -> None:
+        for hook in self._hooks:
+            try:
+                result = getattr(hook, name)(**kwargs)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("hook %s.%s raised; the runner carries on.", type(hook).__name__, name)
