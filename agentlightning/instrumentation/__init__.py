@@ -2,7 +2,8 @@
 
 The `*_INSTALLED` flags only look for the packages (no import), so importing this module stays cheap.
 `instrument_all()` installs every available instrumentation: the OpenAI client (always, ours) and,
-when installed, AgentOps (token ids on its spans, offline exporters).
+when installed, AgentOps (token ids on its spans, offline exporters) and, with LangChain too, run names
+on the chain spans of AgentOps' LangChain handler.
 """
 
 from __future__ import annotations
@@ -73,10 +74,25 @@ def _instrumentations() -> list[tuple[str, bool, str, Callable[[], object], Call
 
         return uninstrument_agentops()
 
-    return [
+    def agentops_langchain_on() -> object:
+        from .agentops_langchain import instrument_agentops_langchain
+
+        return instrument_agentops_langchain()
+
+    def agentops_langchain_off() -> object:
+        from .agentops_langchain import uninstrument_agentops_langchain
+
+        return uninstrument_agentops_langchain()
+
+    instrumentations = [
         ("openai", OPENAI_INSTALLED, "openai", openai_on, openai_off),
         ("agentops", AGENTOPS_INSTALLED, "agentops", agentops_on, agentops_off),
     ]
+    if AGENTOPS_LANGCHAIN_INSTALLED:  # an add-on of the two libraries: nothing to warn about when absent
+        instrumentations.append(
+            ("agentops+langchain", True, "agentops,langchain", agentops_langchain_on, agentops_langchain_off)
+        )
+    return instrumentations
 
 
 def instrument_all() -> None:

@@ -7,7 +7,10 @@ those network paths is replaced by a no-op. `enable_agentops_service(True)` rest
 
 LLM token ids do not need a patch of AgentOps' attribute handlers: agent-lightning's own OpenAI
 instrumentation (installed after AgentOps') owns the `openai.chat.completion` span, and when AgentOps'
-wrapper runs first it enriches AgentOps' span instead of opening a second one.
+wrapper runs first it enriches AgentOps' span instead of opening a second one. AgentOps may instrument the
+OpenAI client again later, from its import hook (e.g. after it mistook `openai.types.beta.agents` for the
+OpenAI Agents SDK and dropped its provider instrumentations); each time it does, ours is put back on top,
+so AgentOps' wrapper never sees a call first (it fails on `openai.omit` arguments of `.stream()`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Callable, Optional
 
 try:
     import agentops  # noqa: F401
+    import agentops.instrumentation as agentops_instrumentation
     from agentops.client.api.base import BaseApiClient
     from agentops.client.api.versions.v3 import V3Client
     from agentops.client.api.versions.v4 import V4Client
@@ -112,9 +116,38 @@ def _empty_upload(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {}
 
 
+def _restore_openai_wrapper_on_top() -> None:
+    from .openai import instrument_openai, is_openai_instrumented
+
+    if is_openai_instrumented():
+        instrument_openai()
+
+
+def _keep_openai_wrapper_outermost() -> None:
+    """After every lazy instrumentation by AgentOps' import hook, re-wrap the OpenAI client on top of it."""
+    module = agentops_instrumentation
+    original = getattr(module, "_perform_instrumentation", None)
+    key = (module, "_perform_instrumentation")
+    if original is None or key in _originals:
+        return
+    _originals[key] = original
+
+    def perform_instrumentation(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            try:
+                _restore_openai_wrapper_on_top()
+            except Exception:
+                logger.exception("could not put the OpenAI instrumentation back on top of AgentOps'")
+
+    module._perform_instrumentation = perform_instrumentation  # type: ignore[attr-defined]
+
+
 def instrument_agentops() -> bool:
     """Bypass AgentOps' network calls (idempotent); call before `agentops.init()` to cover its exporters."""
     with _lock:
+        _keep_openai_wrapper_outermost()
         _bypass(AuthenticatedOTLPExporter, "export", _skip_span_export)
         _bypass(V3Client, "fetch_auth_token", _no_response)
         _bypass(BaseApiClient, "async_request", _no_response)

@@ -1,8 +1,11 @@
 """Zero-code-change instrumentation of the `openai` chat-completions client.
 
-`instrument_openai()` patches `Completions.create` and `AsyncCompletions.create` so every chat completion
-(sync, async, streamed, or through `with_raw_response`) becomes one `openai.chat.completion` span with
-`gen_ai.*` request/response attributes, usage, and the token ids / logprobs a vLLM-style server returns.
+`instrument_openai()` patches `create` and `parse` of `Completions` and `AsyncCompletions` (and of the
+`beta.chat.completions` classes of older clients) so every chat completion (sync, async, streamed,
+structured output via `parse` / `stream`, or through `with_raw_response`) becomes one `openai.chat.completion`
+span with `gen_ai.*` request/response attributes, usage, and the token ids / logprobs a vLLM-style server
+returns. `parse` needs its own wrapper: it posts the request itself instead of going through `create`, so
+structured-output calls (e.g. LangChain's `with_structured_output`) would otherwise leave no span.
 
 The request and response conversions (`request_to_attributes`, `response_to_attributes`) work on plain
 JSON dicts and are shared with the LLM proxy; `ChatCompletionAccumulator` rebuilds a response dict from
@@ -78,7 +81,11 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         return dict(obj)  # type: ignore[arg-type]
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
-        return dump()  # type: ignore[no-any-return]
+        try:
+            # `ParsedChatCompletion.parsed` holds the caller's model where the schema says None: no warning.
+            return dump(warnings=False)  # type: ignore[no-any-return]
+        except TypeError:
+            return dump()  # type: ignore[no-any-return]
     return {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}
 
 
@@ -512,7 +519,7 @@ class _InstrumentationState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.enabled = False
-        self.installed: set[type] = set()
+        self.installed: set[tuple[type, str]] = set()
         # Identity of every wrapper we created. Attribute checks are not enough: wrapt's FunctionWrapper
         # (used by AgentOps and OpenTelemetry instrumentations) proxies attribute access to what it wraps.
         self.wrapper_ids: set[int] = set()
@@ -522,14 +529,34 @@ class _InstrumentationState:
 _state = _InstrumentationState()
 
 
-def _targets() -> list[tuple[type, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
+# Methods that send a chat completion request; `parse` posts on its own (it does not call `create`).
+_METHODS = ("create", "parse")
+
+
+def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
+    """(class, method, wrapper factory) for every client method that sends a chat completion."""
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    return [(Completions, _wrap_sync), (AsyncCompletions, _wrap_async)]
+    classes: list[tuple[type, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
+        (Completions, _wrap_sync),
+        (AsyncCompletions, _wrap_async),
+    ]
+    try:  # openai < 2 keeps structured outputs in separate `beta.chat.completions` classes
+        from openai.resources.beta.chat.completions import (  # type: ignore[import-not-found]
+            AsyncCompletions as BetaAsyncCompletions,  # type: ignore[reportUnknownVariableType]
+        )
+        from openai.resources.beta.chat.completions import (  # type: ignore[import-not-found]
+            Completions as BetaCompletions,  # type: ignore[reportUnknownVariableType]
+        )
+    except ImportError:
+        pass
+    else:
+        classes += [(BetaCompletions, _wrap_sync), (BetaAsyncCompletions, _wrap_async)]  # type: ignore[list-item]
+    return [(cls, name, wrap) for cls, wrap in classes for name in _METHODS if callable(cls.__dict__.get(name))]
 
 
 def is_openai_wrapper(func: Any) -> bool:
-    """Whether `func` (e.g. `Completions.__dict__["create"]`) is a wrapper installed by `instrument_openai`."""
+    """Whether `func` (e.g. `Completions.__dict__["parse"]`) is a wrapper installed by `instrument_openai`."""
     return id(func) in _state.wrapper_ids
 
 
@@ -549,14 +576,14 @@ def instrument_openai() -> bool:
         logger.debug("openai is not installed; chat completions are not auto-instrumented")
         return False
     with _state.lock:
-        for cls, wrap in targets:
-            current = cls.__dict__["create"]
+        for cls, name, wrap in targets:
+            current = cls.__dict__[name]
             if not _is_ours(current):
                 wrapper = wrap(current)
                 _state.wrappers.append(wrapper)
                 _state.wrapper_ids.add(id(wrapper))
-                cls.create = wrapper  # type: ignore[attr-defined]
-            _state.installed.add(cls)
+                setattr(cls, name, wrapper)
+            _state.installed.add((cls, name))
         _state.enabled = True
     return True
 
@@ -565,12 +592,12 @@ def uninstrument_openai() -> None:
     """Undo `instrument_openai()`; copies of our wrapper buried under other libraries' wrappers turn inert."""
     with _state.lock:
         _state.enabled = False
-        for cls in list(_state.installed):
-            current = cls.__dict__.get("create")
+        for cls, name in list(_state.installed):
+            current = cls.__dict__.get(name)
             while current is not None and _is_ours(current):
                 current = getattr(current, _WRAPPED_MARK)
-                cls.create = current  # type: ignore[attr-defined]
-            _state.installed.discard(cls)
+                setattr(cls, name, current)
+            _state.installed.discard((cls, name))
 
 
 def is_openai_instrumented() -> bool:

@@ -1,11 +1,12 @@
 """Delivery of finished OpenTelemetry spans to a store: one `TraceSession` per open trace context.
 
 Span processors run synchronously in whatever thread ends a span, while stores are async. A session
-therefore only appends the span to a pending list (the hot path) and wakes a drain task that allocates
-sequence ids and writes whole batches with `add_many_spans`. The drain runs either on the event loop
-that opened the context (stores that are not thread-safe) or on a private event-loop thread (thread-safe
-stores), so spans keep flowing even while synchronous agent code blocks the caller's loop. Closing a
-session flushes everything that is pending.
+therefore only appends the span to a pending list (the hot path) and, `SPAN_BATCH_DELAY_SECONDS` later,
+a drain task writes whole batches with one `add_many_spans` call each (spans go without a sequence id,
+so the store allocates them in the same call: one round trip per batch over HTTP). The drain runs either
+on the event loop that opened the context (stores that are not thread-safe) or on a private event-loop
+thread (thread-safe stores), so spans keep flowing even while synchronous agent code blocks the caller's
+loop. Closing a session flushes everything that is pending at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STORE_WRITE_TIMEOUT_SECONDS",
+    "SPAN_BATCH_DELAY_SECONDS",
     "DUMMY_ROLLOUT_ID",
     "DUMMY_ATTEMPT_ID",
     "TraceSession",
@@ -38,6 +40,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STORE_WRITE_TIMEOUT_SECONDS = 10.0
+# How long a finished span may wait for others to share its write; a closing context flushes at once.
+SPAN_BATCH_DELAY_SECONDS = 0.05
 DUMMY_ROLLOUT_ID = "rollout-dummy"
 DUMMY_ATTEMPT_ID = "attempt-dummy"
 
@@ -144,9 +148,9 @@ class TraceSession:
         loop = self._loop
         try:
             if threading.get_ident() == self._loop_thread_id:
-                loop.call_soon(self._start_drain)
+                loop.call_later(SPAN_BATCH_DELAY_SECONDS, self._start_drain)
             else:
-                loop.call_soon_threadsafe(self._start_drain)
+                loop.call_soon_threadsafe(loop.call_later, SPAN_BATCH_DELAY_SECONDS, self._start_drain)
         except RuntimeError:
             # The loop is closed; `close()` (or get_spans) still finds the span in the pending list.
             logger.debug("delivery loop closed; span %s stays pending", span.name)
@@ -179,17 +183,10 @@ class TraceSession:
         store = self.store
         assert store is not None
         rollout_id, attempt_id = self.rollout_id, self.attempt_id
-        spans: list[Span] = []
+        # Sequence id 0: the store numbers the batch itself, in order, within the same call.
+        spans = [Span.from_opentelemetry(item, rollout_id, attempt_id, 0) for item in batch]
         try:
-            sequence_ids = await asyncio.wait_for(
-                store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(batch)), self._write_timeout
-            )
-            spans = [
-                Span.from_opentelemetry(item, rollout_id, attempt_id, seq)
-                for item, seq in zip(batch, sequence_ids, strict=True)
-            ]
             stored = await asyncio.wait_for(store.add_many_spans(spans), self._write_timeout)
-            self._spans.extend(stored if len(stored) == len(spans) else spans)
         except Exception as exc:
             if not self._warned:
                 self._warned = True
@@ -203,9 +200,11 @@ class TraceSession:
                     type(exc).__name__,
                     exc,
                 )
-            if not spans:
-                spans = [self._convert_locally(item) for item in batch]
-            self._spans.extend(spans)
+            stored = []
+        if len(stored) == len(spans) and all(s.sequence_id > 0 for s in stored):
+            self._spans.extend(stored)
+        else:
+            self._spans.extend(self._convert_locally(item) for item in batch)
 
     def _convert_locally(self, span: ReadableSpan) -> Span:
         if self._spans:

@@ -277,6 +277,17 @@ class OtelTracer(Tracer):
                 elif not processor.open_sessions:
                     clear_active_tracer()
 
+    def get_langchain_handler(self) -> Any:
+        """A LangChain callback handler recording chains/tools as spans of this tracer (needs LangChain).
+
+        Chain spans carry `langchain.chain.type` (the run name), so adapters' `agent_match` can select the
+        LLM calls made inside a named chain; the LLM calls themselves come from the OpenAI instrumentation.
+        """
+        otel_tracer = self._otel_tracer or self._ensure_setup()
+        from .langchain import LightningCallbackHandler
+
+        return LightningCallbackHandler(otel_tracer)
+
     def get_last_trace(self) -> list[Span]:
         """Spans of the most recent trace context (as stored, with rollout/attempt/sequence ids)."""
         return self._last_session.get_spans() if self._last_session is not None else []
