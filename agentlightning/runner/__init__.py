@@ -2,5 +2,6 @@
 
 from .agent import LitAgentRunner
 from .base import Runner
+from .legacy import LegacyAgentRunner
 
-__all__ = ["Runner", "LitAgentRunner"]
+__all__ = ["Runner", "LitAgentRunner", "LegacyAgentRunner"]

@@ -315,16 +315,17 @@ class LitAgentRunner(Runner[T_task]):
         return list(self._tracer.get_last_trace())
 
     async def _store_reward(self, rollout: AttemptedRollout, reward: float) -> SpanList:
-        store = self.get_store()
         spans: list[Span] = list(self._tracer.get_last_trace())
-        core = emit_reward(reward, propagate=False)
-        sequence_id = await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
-        span = Span.from_core_fields(
-            core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=sequence_id
-        )
-        stored = await store.add_span(span)
-        spans.append(stored if stored is not None else span)
+        spans.append(await self._store_core_span(rollout, emit_reward(reward, propagate=False)))
         return spans
+
+    async def _store_core_span(self, rollout: AttemptedRollout, core: SpanCoreFields) -> Span:
+        """Store one span built by the runner; the store gives it the next sequence id in the same call."""
+        span = Span.from_core_fields(
+            core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
+        )
+        stored = await self.get_store().add_many_spans([span])
+        return stored[0] if len(stored) == 1 else span
 
     async def _store_span_list(self, rollout: AttemptedRollout, items: list[Any]) -> SpanList:
         store = self.get_store()
@@ -408,14 +409,7 @@ class LitAgentRunner(Runner[T_task]):
     async def _store_exception(self, rollout: AttemptedRollout, exc: BaseException) -> Optional[Span]:
         """Record the failure as an `agentlightning.exception` span; never raises."""
         try:
-            store = self.get_store()
-            core = emit_exception(exc, propagate=False)
-            sequence_id = await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
-            span = Span.from_core_fields(
-                core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=sequence_id
-            )
-            stored = await store.add_span(span)
-            return stored if stored is not None else span
+            return await self._store_core_span(rollout, emit_exception(exc, propagate=False))
         except Exception:
             logger.exception("could not store the exception span of rollout %s", rollout.rollout_id)
             return None

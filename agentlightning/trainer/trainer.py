@@ -22,6 +22,7 @@ from agentlightning.store.base import LightningStore
 from agentlightning.types import Dataset, Hook, NamedResources
 
 from .init_utils import build_component
+from .legacy import TrainerLegacy
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def default_tracer(daemon: bool = True) -> Tracer:
     return OtelTracer()
 
 
-class Trainer:
+class Trainer(TrainerLegacy):
     """Wire an agent, an algorithm, a store, a tracer, an adapter and runners, and run them with a strategy.
 
     Components may be given as instances, classes, factories, import paths, registry names or dicts
@@ -269,7 +270,10 @@ class Trainer:
         *,
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:
-        """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes."""
+        """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes.
+
+        A string `train_dataset` is a v0.1 server URL: the call goes to the deprecated `fit_v0`.
+        """
         if isinstance(train_dataset, str):
             self.fit_v0(agent, train_dataset)
             return
@@ -297,14 +301,6 @@ class Trainer:
                 "use Trainer.fit() for full algorithms"
             )
         self._execute(agent, algorithm, train_dataset, val_dataset)
-
-    def fit_v0(self, agent: LitAgent[Any], backend: str, **kwargs: Any) -> None:
-        """The v0.1 API (`fit(agent, "http://server")`) is not supported by this implementation."""
-        raise ValueError(
-            f"Trainer.fit received the string {backend!r} as train_dataset: that is the v0.1 client/server API, "
-            "which this version does not support. Pass a dataset (e.g. a list of tasks) and, to use a remote "
-            "store, Trainer(store=agl.LightningStoreClient(url), strategy={'type': 'cs', 'managed_store': False})"
-        )
 
     # ---- bundles ----
 

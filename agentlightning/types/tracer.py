@@ -222,7 +222,9 @@ class Span(BaseModel):
             span_id=format_span_id(ctx.span_id) if ctx is not None else format_span_id(0),
             parent_id=format_span_id(parent.span_id) if parent is not None else None,
             name=src.name,
-            status=TraceStatus.model_construct(status_code=src.status.status_code.name, description=src.status.description),
+            status=TraceStatus.model_construct(
+                status_code=src.status.status_code.name, description=src.status.description
+            ),
             attributes=_attributes_from_otel(src.attributes),
             events=[
                 Event.model_construct(

@@ -147,11 +147,6 @@ def test_dev_rejects_non_fast_algorithms() -> None:
         trainer.dev(EchoAgent(), [1])
 
 
-def test_v01_string_dataset_is_rejected_with_guidance() -> None:
-    with pytest.raises(ValueError, match="v0.1 client/server API"):
-        agl.Trainer(strategy="shm").fit(EchoAgent(), "http://localhost:9999")
-
-
 # ---- end to end ----
 
 
