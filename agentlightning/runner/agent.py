@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agentlightning.emitter import emit_exception, emit_reward, find_final_reward
+from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     AttemptedRollout,
     Hook,
@@ -226,8 +227,8 @@ class LitAgentRunner(Runner[T_task]):
         try:
             await self._call_hooks("on_rollout_start", agent=agent, runner=self, rollout=rollout)
             resources = await self._resolve_resources(rollout)
-            result = await self._trace_agent(agent, rollout, resources)
-            spans = await self._post_process(rollout, result)
+            result, traced_reward = await self._trace_agent(agent, rollout, resources)
+            spans = await self._post_process(rollout, result, traced_reward)
             self._log_completion(rollout, spans, started)
         except BaseException as exc:  # also cancellation: the attempt must not be left running
             error = exc
@@ -265,16 +266,36 @@ class LitAgentRunner(Runner[T_task]):
             return {}
         return update.resources
 
-    async def _trace_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
+    async def _trace_agent(
+        self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources
+    ) -> tuple[Any, Optional[SpanCoreFields]]:
+        """Run the agent in a trace context; returns its result and the reward span recorded through the tracer."""
         tracer = self._tracer
         async with tracer.trace_context(
             name=rollout.rollout_id, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id
         ):
             await self._call_hooks("on_trace_start", agent=agent, runner=self, tracer=tracer, rollout=rollout)
             try:
-                return await self._invoke_agent(agent, rollout, resources)
+                result = await self._invoke_agent(agent, rollout, resources)
             finally:
                 await self._call_hooks("on_trace_end", agent=agent, runner=self, tracer=tracer, rollout=rollout)
+            result = self._coerce_reward(result)
+            return result, self._trace_reward(result) if isinstance(result, float) else None
+
+    def _trace_reward(self, reward: float) -> Optional[SpanCoreFields]:
+        """Record a returned reward like a final `emit_reward` call, when the tracer writes its spans to our store.
+
+        The reward then travels with the trace's last batch of spans instead of in a request of its own.
+        Only worth it when every store call is an HTTP round trip (stores that also take OTLP traces); an
+        in-process store takes the reward directly for less than tracing it costs.
+        """
+        tracer, store = self._tracer, self._store
+        if not isinstance(tracer, OtelTracer) or store is None or tracer.store is not store:
+            return None
+        if not store.capabilities.get("otlp_traces", False):
+            return None
+        core = emit_reward(reward, propagate=False)
+        return tracer.create_span(core.name, attributes=core.attributes)
 
     async def _invoke_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
         training = rollout.mode == "train"
@@ -290,10 +311,7 @@ class LitAgentRunner(Runner[T_task]):
 
     # ---- results ----
 
-    async def _post_process(self, rollout: AttemptedRollout, result: RolloutRawResult | Any) -> SpanList:
-        """Store what the agent returned and return the rollout's spans (for hooks and logs)."""
-        if result is None:
-            return list(self._tracer.get_last_trace())
+    def _coerce_reward(self, result: Any) -> Any:
         if isinstance(result, (bool, int)):
             logger.warning(
                 "agent %s returned %s %r as reward; converting it to float (return a float to silence this).",
@@ -301,9 +319,21 @@ class LitAgentRunner(Runner[T_task]):
                 type(result).__name__,
                 result,
             )
-            result = float(result)
+            return float(result)
+        return result
+
+    async def _post_process(
+        self,
+        rollout: AttemptedRollout,
+        result: RolloutRawResult | Any,
+        traced_reward: Optional[SpanCoreFields] = None,
+    ) -> SpanList:
+        """Store what the agent returned and return the rollout's spans (for hooks and logs)."""
+        if result is None:
+            return list(self._tracer.get_last_trace())
+        result = self._coerce_reward(result)
         if isinstance(result, float):
-            return await self._store_reward(rollout, result)
+            return await self._store_reward(rollout, result, traced_reward)
         if isinstance(result, list):
             return await self._store_span_list(rollout, result)  # type: ignore[arg-type]
         logger.warning(
@@ -314,8 +344,14 @@ class LitAgentRunner(Runner[T_task]):
         )
         return list(self._tracer.get_last_trace())
 
-    async def _store_reward(self, rollout: AttemptedRollout, reward: float) -> SpanList:
+    async def _store_reward(
+        self, rollout: AttemptedRollout, reward: float, traced: Optional[SpanCoreFields]
+    ) -> SpanList:
+        """The trace plus its reward span, stored now unless the tracer already delivered it (`traced`)."""
         spans: list[Span] = list(self._tracer.get_last_trace())
+        if traced is not None and any(_is_span_of(span, traced) for span in reversed(spans)):
+            return spans
+        # Not captured (e.g. a sampler dropped it): store it ourselves.
         spans.append(await self._store_core_span(rollout, emit_reward(reward, propagate=False)))
         return spans
 
@@ -438,3 +474,14 @@ class LitAgentRunner(Runner[T_task]):
                     await result
             except Exception:
                 logger.exception("hook %s.%s raised; the runner carries on.", type(hook).__name__, name)
+
+
+def _is_span_of(span: Span, core: SpanCoreFields) -> bool:
+    """Whether `span` is the stored form of the instant span `core` the tracer recorded."""
+    return (
+        span.name == core.name
+        and span.attributes == core.attributes
+        and span.start_time is not None
+        and core.start_time is not None
+        and abs(span.start_time - core.start_time) < 1e-6
+    )

@@ -133,7 +133,16 @@ class WorkerHeartbeat:
                 self._stop.wait(self.next_delay())
         finally:
             if own_loop is not None:
-                own_loop.close()
+                self._close_own_loop(own_loop)
+
+    def _close_own_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Let the store release what it opened on this thread's loop (e.g. an HTTP session), then close it."""
+        try:
+            loop.run_until_complete(asyncio.wait_for(self._store.close_loop_resources(), self._timeout))
+        except Exception as exc:
+            logger.debug("heartbeat of %s could not release its store connection: %r", self._worker_id, exc)
+        finally:
+            loop.close()
 
     def _send(
         self,

@@ -17,6 +17,8 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
 from agentlightning.types import (
+    ROLLOUT_STATUSES,
+    TERMINAL_ROLLOUT_STATUSES,
     Attempt,
     AttemptedRollout,
     NamedResources,
@@ -59,6 +61,7 @@ from ._http_bodies import attempt_exists as has_attempt
 from ._http_errors import HTTPError
 from ._http_middleware import BearerAuthMiddleware, HttpMetricsMiddleware, prometheus_app
 from ._http_otlp import build_otlp_router
+from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, resources_versions_header
 from .base import LightningStore
 from .utils import check_attempt_status, check_filter_logic, check_mode, check_rollout_status, check_worker_status
 
@@ -71,6 +74,7 @@ WAIT_CAP_SECONDS = 30.0
 WAIT_COMPLETE_HEADER = "X-AGL-Wait-Complete"
 
 _RESOURCES: TypeAdapter[dict[str, Any]] = TypeAdapter(NamedResources)
+_LIVE_STATUSES: list[Any] = [s for s in ROLLOUT_STATUSES if s not in TERMINAL_ROLLOUT_STATUSES]
 _SPANS: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
 
 
@@ -142,11 +146,16 @@ def _build_api() -> APIRouter:
 
     @api.post("/queues/rollouts/dequeue", response_model=list[AttemptedRollout])
     async def dequeue_rollouts(request: Request) -> Response:
+        """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions."""
         store = store_of(request)
         body = await read_json(request, DequeueBody, optional=True)
         if body.limit <= 0:
             return json_response([])
-        return json_response(await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id))
+        claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
+        response = json_response(claimed)
+        if claimed and WANT_RESOURCES_VERSIONS_HEADER in request.headers:
+            response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
+        return response
 
     @api.post("/rollouts", status_code=201, response_model=AttemptedRollout)
     async def start_rollout(request: Request) -> Response:
@@ -533,13 +542,22 @@ def _build_api() -> APIRouter:
     async def wait_complete(
         store: LightningStore, rollout_ids: list[str], finished: list[Rollout]
     ) -> tuple[bool, list[Rollout]]:
-        """Whether every *known* rollout among the ids is terminal (unknown ids never finish), and the result."""
-        if {r.rollout_id for r in finished} >= set(rollout_ids):
+        """Whether every *known* rollout among the ids is terminal (unknown ids never finish), and the result.
+
+        Waiters poll with many ids, so the common "still running" answer costs one count, not a read of them all.
+        """
+        done = {r.rollout_id for r in finished}
+        pending = [i for i in dict.fromkeys(rollout_ids) if i not in done]
+        if not pending:
             return True, finished
-        known = await store.query_rollouts(rollout_id_in=rollout_ids)
-        if any(not r.is_terminal() for r in known):
+        running = await store.query_rollouts(rollout_id_in=pending, status_in=_LIVE_STATUSES, limit=1)
+        if running.total > 0:
             return False, finished
-        by_id = {r.rollout_id: r for r in known}
+        # The rest are unknown, or finished after the wait returned: answer with them too.
+        late = {r.rollout_id: r for r in await store.query_rollouts(rollout_id_in=pending) if r.is_terminal()}
+        if not late:
+            return True, finished
+        by_id = {**{r.rollout_id: r for r in finished}, **late}
         return True, [by_id[i] for i in rollout_ids if i in by_id]
 
     @api.post("/waits/rollouts", response_model=list[Rollout])

@@ -111,6 +111,13 @@ class LightningStore(ABC):
     async def close(self) -> None:
         """Release connections and background resources. Idempotent."""
 
+    async def close_loop_resources(self) -> None:
+        """Release only what the store keeps for the running event loop (an HTTP client's session).
+
+        Call it before closing an event loop you created to reach the store from another thread; the
+        store stays usable from other loops. Stores without per-loop state do nothing.
+        """
+
     # ---- rollouts and the queue ----
 
     @abstractmethod
@@ -235,9 +242,24 @@ class LightningStore(ABC):
 
     @abstractmethod
     async def add_span(self, span: Span) -> Optional[Span]:
-        """Store a span of an existing rollout attempt; the span is also that attempt's heartbeat."""
+        """Store a span of an existing rollout attempt; the span is also that attempt's heartbeat.
+
+        A span with `sequence_id <= 0` gets the rollout's next sequence id (the stored span carries it).
+        """
 
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        """Store several spans at once; those with `sequence_id <= 0` get their rollout's next ids, in order.
+
+        Lets a writer store spans with one call instead of allocating ids first (one round trip over HTTP).
+        """
+        unsequenced = [i for i, span in enumerate(spans) if span.sequence_id <= 0]
+        if unsequenced:
+            pairs = [(spans[i].rollout_id, spans[i].attempt_id) for i in unsequenced]
+            allocated = dict(zip(unsequenced, await self.get_many_span_sequence_ids(pairs), strict=True))
+            spans = [
+                span.model_copy(update={"sequence_id": allocated[i]}) if i in allocated else span
+                for i, span in enumerate(spans)
+            ]
         stored: list[Span] = []
         for span in spans:
             result = await self.add_span(span)

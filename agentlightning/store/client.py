@@ -36,6 +36,7 @@ from agentlightning.types import (
 )
 
 from ._http_errors import NOT_FOUND_ERROR_TYPE, LightningStoreNotFoundError, exception_from_response
+from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
 from .base import UNSET, FilterLogic, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, SortOrder
 
 __all__ = ["LightningStoreClient"]
@@ -76,6 +77,7 @@ _WORKER_PAGE: TypeAdapter[PaginatedResult[Worker]] = TypeAdapter(PaginatedResult
 _DICT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
+_DEQUEUE_HEADERS = {**_JSON_HEADERS, WANT_RESOURCES_VERSIONS_HEADER: "1"}
 
 
 def _seg(value: str, what: str = "id") -> str:
@@ -136,6 +138,7 @@ class LightningStoreClient(LightningStore):
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._sessions_lock = threading.Lock()
         self._dequeue_failing = False
+        self._resources = ResourcesHints()
         self._timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connection_timeout)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -176,20 +179,36 @@ class LightningStoreClient(LightningStore):
             return session
 
     async def close(self) -> None:
-        """Close the HTTP sessions (the current loop's now; others on their own loops)."""
+        """Close every HTTP session: the running loop's now, those of other running loops on their loops.
+
+        A session whose loop is already closed cannot be closed any more; close it first with
+        `close_loop_resources()` on that loop.
+        """
         with self._sessions_lock:
             sessions, self._sessions = self._sessions, {}
-        try:
-            current: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
-        except RuntimeError:
-            current = None
+        current = asyncio.get_running_loop()
+        elsewhere: list[asyncio.Future[None]] = []
         for loop, session in sessions.items():
             if session.closed:
                 continue
             if loop is current:
                 await session.close()
             elif loop.is_running():
-                asyncio.run_coroutine_threadsafe(session.close(), loop)
+                elsewhere.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.close(), loop)))
+        if elsewhere:
+            # Bounded: a loop that stopped meanwhile never runs the close.
+            done, _ = await asyncio.wait(elsewhere, timeout=self.connection_timeout)
+            for future in done:
+                if not future.cancelled() and future.exception() is not None:
+                    logger.debug("closing an HTTP session on another loop failed: %r", future.exception())
+
+    async def close_loop_resources(self) -> None:
+        """Close the HTTP session of the running event loop only (call before closing a loop you created)."""
+        loop = asyncio.get_running_loop()
+        with self._sessions_lock:
+            session = self._sessions.pop(loop, None)
+        if session is not None and not session.closed:
+            await session.close()
 
     async def _probe_health(self) -> bool:
         """Whether `/v1/agl/health` answers, trying again after each of `health_retry_delays`."""
@@ -215,13 +234,15 @@ class LightningStoreClient(LightningStore):
         timeout: Optional[aiohttp.ClientTimeout] = None,
         none_if_missing: bool = False,
         response_headers: Optional[dict[str, str]] = None,
+        request_headers: Optional[Mapping[str, str]] = None,
     ) -> Optional[bytes]:
         """Send one API request with the retry rules; returns the body, or None for a 'not found' answer."""
         if "//" in path or path.endswith("/"):
             raise ValueError(f"empty id in request {method} {path!r}; ids must be non-empty strings")
+        ResourcesHints.drop()
         url = self._api + path
         data = None if payload is None else _ANY.dump_json(payload, serialize_as_any=True)
-        headers = _JSON_HEADERS if data is not None else None
+        headers = request_headers or (_JSON_HEADERS if data is not None else None)
         attempt = 0
         while True:
             try:
@@ -333,9 +354,7 @@ class LightningStoreClient(LightningStore):
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
         """Claim the next rollout; on any error returns None (warning once per run of failures)."""
         try:
-            claimed = await self._call(
-                _ATTEMPTED_LIST, "POST", "/queues/rollouts/dequeue", {"limit": 1, "worker_id": worker_id}
-            )
+            claimed = await self._dequeue(1, worker_id)
         except Exception as exc:
             if not self._dequeue_failing:
                 self._dequeue_failing = True
@@ -347,8 +366,23 @@ class LightningStoreClient(LightningStore):
     async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
         if limit <= 0:
             return []
-        payload = {"limit": limit, "worker_id": worker_id}
-        return await self._call(_ATTEMPTED_LIST, "POST", "/queues/rollouts/dequeue", payload)
+        return await self._dequeue(limit, worker_id)
+
+    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+        """Claim rollouts, keeping the resources versions the server reports for them (see `_resources_hint`)."""
+        headers: dict[str, str] = {}
+        body = await self._request(
+            "POST",
+            "/queues/rollouts/dequeue",
+            {"limit": limit, "worker_id": worker_id},
+            response_headers=headers,
+            request_headers=_DEQUEUE_HEADERS,
+        )
+        assert body is not None
+        claimed = _ATTEMPTED_LIST.validate_json(body)
+        if claimed:
+            self._resources.remember(headers.get(RESOURCES_VERSIONS_HEADER.lower()))
+        return claimed
 
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
         path = f"/rollouts/{_seg(rollout_id, 'rollout_id')}/attempts"
@@ -522,16 +556,36 @@ class LightningStoreClient(LightningStore):
         return await self._call(_SPAN_PAGE, "POST", "/spans/search", payload)
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
-        return await self._call(_RESOURCES, "POST", "/resources", dict(resources))
+        return await self._read_resources("POST", "/resources", dict(resources))  # type: ignore[return-value]
 
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
-        return await self._call(_RESOURCES, "POST", f"/resources/{_seg(resources_id, 'resources_id')}", dict(resources))
+        path = f"/resources/{_seg(resources_id, 'resources_id')}"
+        return await self._read_resources("POST", path, dict(resources))  # type: ignore[return-value]
 
     async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]:
-        return await self._maybe(_RESOURCES, f"/resources/{_seg(resources_id, 'resources_id')}")
+        """The bundle, from the client's cache when the last dequeue reported its version current."""
+        cached = self._resources.by_id(resources_id) if isinstance(resources_id, str) else None
+        if cached is not None:
+            return _RESOURCES.validate_json(cached)
+        path = f"/resources/{_seg(resources_id, 'resources_id')}"
+        if path.endswith("/"):
+            return None  # an empty id names nothing
+        return await self._read_resources("GET", path)
 
     async def get_latest_resources(self) -> Optional[ResourcesUpdate]:
-        return await self._maybe(_RESOURCES, "/resources/latest")
+        """The latest bundle, answered from the last dequeue's report when it settles the question."""
+        known, cached = self._resources.latest()
+        if known:
+            return None if cached is None else _RESOURCES.validate_json(cached)
+        return await self._read_resources("GET", "/resources/latest")
+
+    async def _read_resources(self, method: str, path: str, payload: Any = None) -> Optional[ResourcesUpdate]:
+        body = await self._request(method, path, payload, none_if_missing=method == "GET")
+        if body is None:
+            return None
+        update = _RESOURCES.validate_json(body)
+        self._resources.keep(update, body)
+        return update
 
     async def query_resources(
         self,

@@ -149,6 +149,11 @@ class LightningStoreServer(LightningStore):
             await self._client.close()
             self._client = None
 
+    async def close_loop_resources(self) -> None:
+        """Close the internal client's HTTP session of the running event loop (in runner processes)."""
+        if self._client is not None:
+            await self._client.close_loop_resources()
+
     # ---- pickling: other processes reach the server over HTTP ----
 
     def __getstate__(self) -> dict[str, Any]:

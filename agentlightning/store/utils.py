@@ -1,7 +1,8 @@
 """Rules every store backend shares: status propagation, the watchdog check, ids and query validation.
 
-Backends keep their data however they like, but they decide *what* happens with these pure functions,
-so the state machine of SPEC 3.2 / Appendix B lives in exactly one place.
+Backends keep their data however they like, but they decide *what* happens with these pure functions
+(combined into whole transitions by `store.transitions`, arguments checked by `store._arguments`), so
+the state machine of SPEC 3.2 / Appendix B lives in exactly one place.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agentlightning.types import (
     AttemptStatus,
     RolloutConfig,
     RolloutStatus,
+    Span,
     WorkerStatus,
 )
 from agentlightning.utils.id import generate_id
@@ -47,6 +49,8 @@ __all__ = [
     "sort_key",
     "paginate",
     "merge_status_filters",
+    "count_unsequenced_spans",
+    "assign_sequence_ids",
 ]
 
 Clock = Callable[[], float]
@@ -214,3 +218,25 @@ def merge_status_filters(primary: Optional[Iterable[str]], deprecated: Optional[
 
 def now_from(clock: Optional[Clock]) -> float:
     return (clock or time.time)()
+
+
+def count_unsequenced_spans(spans: Iterable[Span]) -> dict[str, int]:
+    """Per rollout, how many spans arrive without a sequence id (`sequence_id <= 0`: the store allocates one)."""
+    missing: dict[str, int] = {}
+    for span in spans:
+        if span.sequence_id <= 0:
+            missing[span.rollout_id] = missing.get(span.rollout_id, 0) + 1
+    return missing
+
+
+def assign_sequence_ids(spans: Sequence[Span], first_ids: dict[str, int]) -> list[Span]:
+    """Copies of the unsequenced spans numbered from `first_ids[rollout_id]` on, in batch order; others as given."""
+    next_ids = dict(first_ids)
+    assigned: list[Span] = []
+    for span in spans:
+        if span.sequence_id > 0:
+            assigned.append(span)
+            continue
+        assigned.append(span.model_copy(update={"sequence_id": next_ids[span.rollout_id]}))
+        next_ids[span.rollout_id] += 1
+    return assigned

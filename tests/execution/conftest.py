@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import psutil
 import pytest
 
 
@@ -16,3 +17,16 @@ def pick_free_port() -> int:
 @pytest.fixture
 def free_port() -> int:
     return pick_free_port()
+
+
+def leftover_children() -> list[psutil.Process]:
+    """Child processes still alive, except multiprocessing's resource tracker (started by any earlier spawn)."""
+    kids: list[psutil.Process] = []
+    for child in psutil.Process().children():
+        try:
+            if "multiprocessing.resource_tracker" in " ".join(child.cmdline()):
+                continue
+        except psutil.Error:
+            continue
+        kids.append(child)
+    return kids

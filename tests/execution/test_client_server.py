@@ -6,12 +6,13 @@ import asyncio
 import os
 from typing import Any
 
-import psutil
 import pytest
 
 from agentlightning.execution import ClientServerExecutionStrategy, ExecutionEvent
 from agentlightning.store.base import LightningStore
 from agentlightning.store.memory import InMemoryLightningStore
+
+from .conftest import leftover_children
 
 
 def strategy(port: int, **kwargs: Any) -> ClientServerExecutionStrategy:
@@ -98,7 +99,7 @@ def test_runners_in_processes_serve_the_algorithm_over_http(free_port: int) -> N
     pids = {a.metadata["pid"] for a in attempts}
     assert os.getpid() not in pids
     assert {a.metadata["store"] for a in attempts} == {"LightningStoreClient"}
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 def test_algorithm_crash_stops_runners_and_is_raised(free_port: int) -> None:
@@ -108,7 +109,7 @@ def test_algorithm_crash_stops_runners_and_is_raised(free_port: int) -> None:
 
     with pytest.raises(RuntimeError, match="algorithm blew up"):
         strategy(free_port, n_runners=2).execute(algorithm, working_runner, InMemoryLightningStore(thread_safe=True))
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 def test_runner_crash_does_not_hang_the_algorithm(free_port: int) -> None:
@@ -139,7 +140,7 @@ def test_runner_ignoring_the_stop_event_is_escalated(free_port: int) -> None:
     strategy(free_port, graceful_timeout=0.5, terminate_timeout=5.0).execute(
         algorithm, deaf_runner, InMemoryLightningStore(thread_safe=True)
     )
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 def test_runner_on_main_process(free_port: int) -> None:
@@ -156,7 +157,7 @@ def test_runner_on_main_process(free_port: int) -> None:
     strategy(free_port, main_process="runner").execute(algorithm, runner, InMemoryLightningStore(thread_safe=True))
     # The runner ran here and stopped once the algorithm (in a child process) finished.
     assert calls == [os.getpid()]
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 def test_algorithm_role_serves_the_store(free_port: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -34,3 +35,22 @@ def test_small_run_accounts_for_all_rollouts_and_spans(backend: str, mode: str) 
     result = bench.run(args)
     assert (result.rollouts, result.succeeded) == (12, 12)
     assert (result.spans, result.missing_spans) == (12 * 4, 0)
+
+
+def test_client_server_run_leaves_no_http_session_open(capfd: pytest.CaptureFixture[str]) -> None:
+    """Runner processes (with their heartbeat and span-delivery threads) close every aiohttp session they open."""
+    bench = _load_bench()
+    args = bench.parse_args(["--total-tasks", "4", "--batch-size", "2", "--n-runners", "2", "--max-rounds", "2"])
+    # aiohttp reports a leaked session through the asyncio logger; send it to stderr in the forked runners too
+    # (pytest's own log capture would keep it in the child's memory).
+    handler = logging.StreamHandler(sys.stderr)
+    asyncio_logger = logging.getLogger("asyncio")
+    asyncio_logger.addHandler(handler)
+    try:
+        result = bench.run(args)
+    finally:
+        asyncio_logger.removeHandler(handler)
+    assert (result.rollouts, result.succeeded, result.missing_spans) == (4, 4, 0)
+    err = capfd.readouterr().err
+    assert "Unclosed client session" not in err
+    assert "Unclosed connector" not in err

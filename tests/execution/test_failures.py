@@ -25,7 +25,7 @@ from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import NamedResources, Rollout, RolloutConfig
 
-from .conftest import pick_free_port
+from .conftest import leftover_children, pick_free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GRACEFUL = 1.0
@@ -180,7 +180,7 @@ def test_runner_killed_mid_rollout_is_retried_by_another_runner(tmp_path: Path) 
     assert [a.status for a in outcome["attempts"]] == ["unresponsive", "succeeded"]
     successes = (tmp_path / "successes.txt").read_text().splitlines()
     assert successes == [f"{outcome['rollout'].rollout_id} attempt 2"]
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 class EchoAgent(agl.LitAgent[int]):
@@ -202,7 +202,7 @@ def test_crashing_algorithm_stops_the_runners() -> None:
     )
     with pytest.raises(RuntimeError, match="algorithm crashed after one rollout"):
         trainer.fit(EchoAgent(), [])
-    assert psutil.Process().children() == []
+    assert leftover_children() == []
 
 
 class CrashingRunner(LitAgentRunner[Any]):
@@ -233,4 +233,4 @@ def test_crashing_runners_do_not_hang_the_algorithm() -> None:
     with pytest.raises(RuntimeError, match=r"exited with code 1"):
         trainer.fit(EchoAgent(), [])
     assert seen == {"cancelled": True}
-    assert psutil.Process().children() == []
+    assert leftover_children() == []

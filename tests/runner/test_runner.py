@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Optional
 
 import pytest
@@ -15,7 +16,10 @@ from agentlightning.emitter import emit_message, get_reward_value
 from agentlightning.litagent import LitAgent, prompt_rollout
 from agentlightning.runner import LitAgentRunner, Runner
 from agentlightning.store.base import UNSET, LightningStore
+from agentlightning.store.client import LightningStoreClient
 from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.store.server import LightningStoreServer
+from agentlightning.tracer import DummyTracer
 from agentlightning.tracer.base import get_active_tracer
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
@@ -498,6 +502,83 @@ async def test_float_result_becomes_a_reward_span_after_the_traced_spans(
     assert [s.name for s in spans] == ["agentlightning.message", "agentlightning.annotation"]
     assert [s.sequence_id for s in spans] == [1, 2]
     assert get_reward_value(spans[1]) == 0.25
+
+
+class WriteCountingStore(InMemoryLightningStore):
+    """Counts the span writes and sequence-id requests that reach the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    async def add_span(self, span: Span) -> Optional[Span]:
+        self.calls["add_span"] += 1
+        return await super().add_span(span)
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        self.calls["add_many_spans"] += 1
+        return await super().add_many_spans(spans)
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        self.calls["sequence_ids"] += 1
+        return await super().get_next_span_sequence_id(rollout_id, attempt_id)
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        self.calls["sequence_ids"] += 1
+        return await super().get_many_span_sequence_ids(rollout_attempt_ids)
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[LightningStoreClient, WriteCountingStore]]:
+    """A client of a real store server, and the store behind it."""
+    store = WriteCountingStore()
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    client = LightningStoreClient(server.endpoint)
+    yield client, store
+    await client.close()
+    await server.stop()
+
+
+async def test_returned_reward_travels_with_the_traced_spans_in_one_request(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore]
+) -> None:
+    client, store = served
+    with LitAgentRunner(tracer, heartbeat_interval=0).run_context(agent=ReturnAgent(0.5), store=client) as runner:
+        rollout = await runner.step("t")
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("agentlightning.message", 1), ("agentlightning.annotation", 2)]
+    assert get_reward_value(spans[1]) == 0.5
+    assert store.calls == Counter({"add_many_spans": 1})  # the server allocated the sequence ids itself
+
+
+async def test_in_process_store_takes_the_reward_directly(tracer: OtelTracer) -> None:
+    store = WriteCountingStore()
+    with LitAgentRunner(tracer, heartbeat_interval=0).run_context(agent=ReturnAgent(0.5), store=store) as runner:
+        rollout = await runner.step("t")
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("agentlightning.message", 1), ("agentlightning.annotation", 2)]
+    assert store.calls == Counter({"add_many_spans": 2})  # the trace, then the reward: no sequence-id requests
+
+
+class DroppingTracer(OtelTracer):
+    """Records nothing through `create_span`, like a tracer whose sampler drops those spans."""
+
+    def create_span(self, name: str, attributes: Any = None, timestamp: Any = None, status: Any = None) -> Any:
+        return SpanCoreFields(name=name, attributes=dict(attributes or {}), start_time=1.0, end_time=1.0)
+
+
+@pytest.mark.parametrize("tracer_cls", [DummyTracer, DroppingTracer])
+async def test_reward_is_stored_by_the_runner_when_the_tracer_does_not_deliver_it(
+    tracer_cls: type, served: tuple[LightningStoreClient, WriteCountingStore]
+) -> None:
+    client, store = served
+    runner: LitAgentRunner[Any] = LitAgentRunner(tracer_cls(), heartbeat_interval=0)
+    with runner.run_context(agent=ReturnAgent(0.5), store=client):
+        rollout = await runner.step("t")
+    (reward,) = await store.query_spans(rollout.rollout_id)
+    assert (reward.name, reward.sequence_id, get_reward_value(reward)) == ("agentlightning.annotation", 1, 0.5)
+    assert store.calls == Counter({"add_many_spans": 1})
 
 
 @pytest.mark.parametrize("value, expected", [(1, 1.0), (True, 1.0), (0, 0.0)])

@@ -24,7 +24,7 @@ from agentlightning.store._http_errors import (
     LightningStoreRequestError,
     LightningStoreServerError,
 )
-from agentlightning.types import Rollout
+from agentlightning.types import EnqueueRolloutRequest, PromptTemplate, Rollout
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 
 FAST: dict[str, Any] = {"retry_delays": (0.01, 0.01), "health_retry_delays": (0.01, 0.01)}
@@ -329,3 +329,144 @@ async def test_pickled_client_and_one_session_per_event_loop(served: LightningSt
     assert await asyncio.to_thread(in_a_thread) == 1
     assert await asyncio.to_thread(in_a_thread) == 1  # a fresh loop gets a fresh session
     assert (await served.query_rollouts()).total == 1
+
+
+async def test_close_loop_resources_closes_only_the_running_loops_session(served: LightningStoreClient) -> None:
+    await served.enqueue_rollout(input=1)
+    own = served._session()
+    other_loop = asyncio.new_event_loop()
+
+    def on_other_loop() -> aiohttp.ClientSession:
+        async def use_and_release() -> aiohttp.ClientSession:
+            await served.query_rollouts()
+            session = served._session()
+            await served.close_loop_resources()
+            return session
+
+        return other_loop.run_until_complete(use_and_release())
+
+    try:
+        released = await asyncio.to_thread(on_other_loop)
+    finally:
+        other_loop.close()
+    assert released.closed and not own.closed
+    assert (await served.query_rollouts()).total == 1  # the client stays usable on this loop
+
+
+async def test_close_waits_for_sessions_of_other_running_loops(served: LightningStoreClient) -> None:
+    other_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=other_loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        future = asyncio.run_coroutine_threadsafe(served.query_rollouts(), other_loop)
+        await asyncio.wrap_future(future)
+        (session,) = [s for loop, s in served._sessions.items() if loop is other_loop]
+        await served.close()
+        assert session.closed
+    finally:
+        other_loop.call_soon_threadsafe(other_loop.stop)
+        await asyncio.to_thread(thread.join, 5)
+        other_loop.close()
+
+
+# ---- resources versions reported with a dequeue ----
+
+
+def prompt(text: str) -> dict[str, Any]:
+    return {"prompt": PromptTemplate(template=text)}
+
+
+@pytest.fixture
+async def recorded(
+    gated: GatedStore, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[LightningStoreClient, list[str]]]:
+    """A client of a real server, and the "METHOD /path" of every request it sends."""
+    server = LightningStoreServer(gated, port=0)
+    await server.start()
+    client = LightningStoreClient(server.endpoint)
+    sent: list[str] = []
+    send = client._request
+
+    async def recording(method: str, path: str, *args: Any, **kwargs: Any) -> Optional[bytes]:
+        sent.append(f"{method} {path.split('/')[1]}")
+        return await send(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(client, "_request", recording)
+    yield client, sent
+    await client.close()
+    await server.stop()
+
+
+async def test_resources_read_right_after_a_dequeue_come_from_the_cache_while_current(
+    recorded: tuple[LightningStoreClient, list[str]], gated: GatedStore
+) -> None:
+    client, sent = recorded
+    bundle = await client.add_resources(prompt("v1"))
+    await client.enqueue_many_rollouts(
+        [EnqueueRolloutRequest(input=i, resources_id=bundle.resources_id) for i in range(2)]
+    )
+    await client.enqueue_rollout(input="no resources named: the latest")
+    sent.clear()
+    reads = []
+    for _ in range(3):
+        claimed = await client.dequeue_rollout()
+        assert claimed is not None
+        if claimed.resources_id is not None:
+            reads.append(await client.get_resources_by_id(claimed.resources_id))
+        else:
+            reads.append(await client.get_latest_resources())
+    assert sent == ["POST queues"] * 3  # no resources request at all
+    assert [(r.resources_id, r.version) for r in reads if r is not None] == [(bundle.resources_id, 1)] * 3
+    assert reads[0] is not reads[1]  # each read gets its own copy
+
+    # A change made elsewhere shows at once: the next dequeue reports the new version.
+    await gated.update_resources(bundle.resources_id, prompt("v2"))
+    await client.enqueue_rollout(input=3, resources_id=bundle.resources_id)
+    claimed = await client.dequeue_rollout()
+    assert claimed is not None
+    fresh = await client.get_resources_by_id(bundle.resources_id)
+    assert fresh is not None and fresh.version == 2
+    assert fresh.resources["prompt"].template == "v2"  # type: ignore[union-attr]
+
+
+async def test_without_any_resources_the_dequeue_answers_the_latest_read(
+    recorded: tuple[LightningStoreClient, list[str]],
+) -> None:
+    client, sent = recorded
+    await client.enqueue_rollout(input=1)
+    assert await client.dequeue_rollout() is not None
+    assert await client.get_latest_resources() is None
+    assert sent == ["POST queues", "POST queues"]
+
+
+async def test_a_resources_read_after_another_request_asks_the_server(
+    recorded: tuple[LightningStoreClient, list[str]], gated: GatedStore
+) -> None:
+    client, sent = recorded
+    await client.enqueue_rollout(input=1)
+    assert await client.dequeue_rollout() is not None
+    await client.get_rollout_by_id("ro-unknown")  # any other request ends what the dequeue told
+    added = await gated.add_resources(prompt("new"))
+    latest = await client.get_latest_resources()
+    assert latest is not None and latest.resources_id == added.resources_id
+    assert sent[-1] == "GET resources"
+
+
+async def test_the_dequeue_hint_belongs_to_the_task_that_dequeued(
+    recorded: tuple[LightningStoreClient, list[str]], gated: GatedStore
+) -> None:
+    client, sent = recorded
+    go = asyncio.Event()
+
+    async def read_later() -> Any:
+        await go.wait()
+        return await client.get_latest_resources()
+
+    elsewhere = asyncio.create_task(read_later())  # started before the dequeue: its context has no hint
+    await client.enqueue_rollout(input=1)
+    assert await client.dequeue_rollout() is not None
+    added = await gated.add_resources(prompt("new"))
+    go.set()
+    latest = await elsewhere
+    assert latest is not None and latest.resources_id == added.resources_id
+    assert sent[-1] == "GET resources"

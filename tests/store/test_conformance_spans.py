@@ -148,6 +148,21 @@ async def test_many_sequence_ids_at_once(store: LightningStore) -> None:
     assert ids == [1, 1, 2]
 
 
+async def test_spans_without_sequence_id_get_the_next_ones_in_batch_order(store: LightningStore) -> None:
+    a = await store.start_rollout(input="a")
+    b = await store.start_rollout(input="b")
+    await store.add_span(span_of(a, 4, name="explicit"))
+    batch = [span_of(a, 0, name="a1"), span_of(b, 0, name="b1"), span_of(a, 0, name="a2"), span_of(b, 9, name="b9")]
+    stored = await store.add_many_spans(batch)
+    assert [(s.name, s.sequence_id) for s in stored] == [("a1", 5), ("b1", 10), ("a2", 6), ("b9", 9)]
+    assert [s.sequence_id for s in batch] == [0, 0, 0, 9]  # the caller's spans are not modified
+    single = await store.add_span(span_of(a, 0, name="a3"))
+    assert single is not None and single.sequence_id == 7
+    assert await store.get_next_span_sequence_id(a.rollout_id, a.attempt.attempt_id) == 8
+    spans = await store.query_spans(a.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("explicit", 4), ("a1", 5), ("a2", 6), ("a3", 7)]
+
+
 async def test_add_otel_span_allocates_a_sequence_id(store: LightningStore) -> None:
     started = await store.start_rollout(input=1)
     await store.add_span(span_of(started, 1))

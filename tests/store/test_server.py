@@ -198,6 +198,34 @@ async def test_wait_path_returns_finished_rollouts(http: httpx.AsyncClient) -> N
     assert waited.status_code == 200
     assert [r["rollout_id"] for r in waited.json()] == [done["rollout_id"]]
     assert waited.headers["x-agl-wait-complete"] == "false"
+    # Unknown ids never finish, so they do not hold completion back.
+    known_done = await http.post(
+        f"{API}/waits/rollouts", json={"rollout_ids": ["ro-unknown", done["rollout_id"]], "timeout": 0}
+    )
+    assert [r["rollout_id"] for r in known_done.json()] == [done["rollout_id"]]
+    assert known_done.headers["x-agl-wait-complete"] == "true"
+
+
+class LateWaitStore(InMemoryLightningStore):
+    """Its wait answers before the rollouts finish, as when they finish right after the wait returned."""
+
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Any = None) -> list[Any]:
+        return []
+
+
+async def test_wait_answer_includes_rollouts_that_finished_after_the_store_wait() -> None:
+    store = LateWaitStore()
+    srv = LightningStoreServer(store, port=0)
+    await srv.start()
+    try:
+        rollout = await srv.start_rollout(input=1)
+        await srv.update_rollout(rollout.rollout_id, status="succeeded")
+        async with httpx.AsyncClient(base_url=srv.endpoint, timeout=30) as http:
+            waited = await http.post(f"{API}/waits/rollouts", json={"rollout_ids": [rollout.rollout_id], "timeout": 0})
+    finally:
+        await srv.stop()
+    assert [r["status"] for r in waited.json()] == ["succeeded"]
+    assert waited.headers["x-agl-wait-complete"] == "true"
 
 
 async def test_wait_long_polls_until_completion(http: httpx.AsyncClient, server: LightningStoreServer) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import pickle
 import threading
+from collections.abc import Sequence
 
 import pytest
 from opentelemetry import trace as trace_api
@@ -13,7 +14,7 @@ from opentelemetry import trace as trace_api
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer import DummyTracer, OtelTracer, get_active_tracer
 from agentlightning.tracer.otel import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
-from agentlightning.types import TraceStatus
+from agentlightning.types import Span, TraceStatus
 
 
 async def _rollout(store: InMemoryLightningStore) -> tuple[str, str]:
@@ -59,6 +60,73 @@ async def test_no_span_is_lost_when_the_context_exits(thread_safe: bool) -> None
     assert len(stored) == 1500
     assert [s.attributes["i"] for s in stored] == list(range(1500))
     assert [s.sequence_id for s in stored] == list(range(1, 1501))
+
+
+class SequenceCountingStore(InMemoryLightningStore):
+    """Records each span batch written and counts separate sequence-id requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[int]] = []
+        self.sequence_id_requests = 0
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        self.batches.append([s.sequence_id for s in spans])
+        return await super().add_many_spans(spans)
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        self.sequence_id_requests += 1
+        return await super().get_many_span_sequence_ids(rollout_attempt_ids)
+
+
+async def test_each_batch_is_one_write_and_the_store_numbers_it() -> None:
+    store = SequenceCountingStore()
+    tracer = OtelTracer(instrument_openai=False)
+    with tracer.lifespan(store):
+        rollout_id, attempt_id = await _rollout(store)
+        async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id):
+            for i in range(5):
+                tracer.create_span(f"step-{i}")
+        stored = await store.query_spans(rollout_id)
+    assert [s.sequence_id for s in stored] == [1, 2, 3, 4, 5]
+    assert [s.sequence_id for s in tracer.get_last_trace()] == [1, 2, 3, 4, 5]
+    assert store.sequence_id_requests == 0
+    assert all(set(batch) == {0} for batch in store.batches)  # sent unnumbered: one round trip per batch
+    assert sum(len(batch) for batch in store.batches) == 5
+
+
+class SlowFirstWriteStore(InMemoryLightningStore):
+    """Holds its first span write until released, so a context can close while that write is in flight."""
+
+    def __init__(self, thread_safe: bool) -> None:
+        super().__init__(thread_safe=thread_safe)
+        self.batches: list[list[str]] = []
+        self.first_write_started = threading.Event()
+        self.release_first_write = threading.Event()
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        self.batches.append([s.name for s in spans])
+        if len(self.batches) == 1:
+            self.first_write_started.set()
+            assert await asyncio.to_thread(self.release_first_write.wait, 30)
+        return await super().add_many_spans(spans)
+
+
+@pytest.mark.parametrize("thread_safe", [False, True], ids=["caller-loop", "delivery-thread"])
+async def test_closing_while_a_batch_is_in_flight_keeps_the_order(thread_safe: bool) -> None:
+    store = SlowFirstWriteStore(thread_safe)
+    tracer = OtelTracer(instrument_openai=False)
+    with tracer.lifespan(store):
+        rollout_id, attempt_id = await _rollout(store)
+        async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id):
+            tracer.create_span("first")
+            assert await asyncio.to_thread(store.first_write_started.wait, 30)  # the batch timer fired
+            tracer.create_span("second")
+            store.release_first_write.set()
+        stored = await store.query_spans(rollout_id)
+    assert [(s.name, s.sequence_id) for s in stored] == [("first", 1), ("second", 2)]
+    assert store.batches == [["first"], ["second"]]
+    assert [(s.name, s.sequence_id) for s in tracer.get_last_trace()] == [("first", 1), ("second", 2)]
 
 
 async def test_blocking_sync_code_inside_the_context_is_delivered(

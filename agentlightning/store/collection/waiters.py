@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Optional
 
-__all__ = ["CompletionWaiter", "CompletionWaiters"]
+from agentlightning.types import Rollout
+
+__all__ = ["CompletionWaiter", "CompletionWaiters", "wait_until_finished"]
 
 
 class CompletionWaiter:
@@ -69,3 +73,32 @@ class CompletionWaiters:
             waiters = list(self._by_rollout.get(rollout_id, ()))
         for waiter in waiters:
             waiter.wake()
+
+
+async def wait_until_finished(
+    waiters: CompletionWaiters,
+    rollout_ids: list[str],
+    timeout: Optional[float],
+    poll_seconds: float,
+    finished: Callable[[list[str]], Awaitable[tuple[list[Rollout], bool]]],
+    between_polls: Callable[[], Awaitable[None]],
+) -> list[Rollout]:
+    """`wait_for_rollouts` for any backend: re-read `finished(ids)` on each wake-up or every `poll_seconds`.
+
+    Completions in this process wake the wait at once; other processes' are seen at the next poll.
+    `between_polls` runs after each wait (the watchdog, which may itself finish rollouts).
+    """
+    if timeout == 0:
+        return (await finished(rollout_ids))[0]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waiter = waiters.register(rollout_ids)
+    try:
+        while True:
+            done, pending = await finished(rollout_ids)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if not pending or (remaining is not None and remaining <= 0):
+                return done
+            await waiter.wait(poll_seconds if remaining is None else min(remaining, poll_seconds))
+            await between_polls()
+    finally:
+        waiters.unregister(waiter)

@@ -10,7 +10,7 @@ from typing import Any, Optional, Union
 
 from agentlightning.types import AttemptedRollout, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
 
-from ..utils import unhealthy_attempt_status
+from ..utils import is_terminal, unhealthy_attempt_status
 from .codec import (
     ATTEMPT_COLUMNS,
     RESOURCES_COLUMNS,
@@ -32,6 +32,7 @@ __all__ = [
     "rollouts_page",
     "rollout_by_id",
     "rollouts_by_ids",
+    "finished_rollouts",
     "attempts_page",
     "spans_page",
     "resources_page",
@@ -104,6 +105,23 @@ async def rollouts_by_ids(st: StoreTransaction, rollout_ids: list[str]) -> dict[
         unique,
     )
     return {row[0]: rollout_from_row(row) for row in rows}
+
+
+async def finished_rollouts(st: StoreTransaction, rollout_ids: list[str]) -> tuple[dict[str, Rollout], bool]:
+    """Terminal rollouts among the ids, and whether any known one is still pending.
+
+    Waiters poll this often with many ids; only the terminal rows are decoded.
+    """
+    unique = list(dict.fromkeys(rollout_ids))
+    if not unique:
+        return {}, False
+    rows = await st.tx.fetchall(
+        "SELECT rollout_id, status FROM {rollouts} WHERE rollout_id IN (" + ", ".join("?" for _ in unique) + ")",
+        unique,
+    )
+    terminal = [row[0] for row in rows if is_terminal(row[1])]
+    pending = len(terminal) < len(rows)
+    return (await rollouts_by_ids(st, terminal) if terminal else {}), pending
 
 
 async def attempts_page(

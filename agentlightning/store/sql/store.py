@@ -8,14 +8,12 @@ even when several processes share the database. Completions made through this ob
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Sequence
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from agentlightning.types import (
     Attempt,
     AttemptedRollout,
-    EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
@@ -30,34 +28,20 @@ from agentlightning.types import (
 )
 from agentlightning.types.resources import validate_named_resources
 
+from .. import _arguments as arguments
+from .. import transitions
+from .._backend import BackendLightningStore
 from ..base import (
     UNSET,
     FilterLogic,
-    LightningStore,
     LightningStoreCapabilities,
     LightningStoreStatistics,
     SortOrder,
     is_unset,
 )
-from ..collection.store import _coerce_config, _coerce_metadata, _coerce_span
-from ..collection.tracking import register_store_metrics, tracked
-from ..collection.waiters import CompletionWaiters
-from ..utils import (
-    Clock,
-    check_attempt_status,
-    check_filter_logic,
-    check_mode,
-    check_pagination,
-    check_rollout_status,
-    check_sort,
-    check_worker_status,
-    is_terminal,
-    merge_status_filters,
-    new_resources_id,
-    new_rollout_id,
-    unhealthy_attempt_status,
-)
-from ..watchdog import Watchdog, healthcheck_before
+from ..collection.tracking import tracked
+from ..utils import Clock, new_resources_id, unhealthy_attempt_status
+from ..watchdog import healthcheck_before
 from . import reads
 from .codec import to_json
 from .engine import SqlEngine, SqlTransaction
@@ -69,7 +53,7 @@ __all__ = ["SqlLightningStore"]
 T = TypeVar("T")
 
 
-class SqlLightningStore(LightningStore):
+class SqlLightningStore(BackendLightningStore):
     """The full store contract on a SQL database; subclasses pick the engine (SQLite, PostgreSQL).
 
     Args:
@@ -91,13 +75,7 @@ class SqlLightningStore(LightningStore):
         tracker: Any = None,
     ) -> None:
         self._engine = engine
-        self._clock: Clock = clock or time.time
-        self._tracker = tracker
-        if tracker is not None:
-            register_store_metrics(tracker)
-        self._watchdog = Watchdog(self._scan_unhealthy, clock=self._clock, debounce_seconds=scan_debounce_seconds)
-        self._waiters = CompletionWaiters()
-        self._started_at = self._clock()
+        self._start_machinery(clock=clock, tracker=tracker, scan_debounce_seconds=scan_debounce_seconds)
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -147,7 +125,7 @@ class SqlLightningStore(LightningStore):
             # Re-check under lock: another process (or call) may have finished or marked them meanwhile.
             for rollout_id in candidates:
                 record = await st.get_rollout(rollout_id, lock=True)
-                if record is None or record.rollout.status not in ("preparing", "running"):
+                if record is None or record.rollout.status not in transitions.LIVE_ROLLOUT_STATUSES:
                     continue
                 attempt = await st.latest_attempt(rollout_id, lock=True)
                 if attempt is None:
@@ -171,99 +149,30 @@ class SqlLightningStore(LightningStore):
         metadata: Optional[dict[str, Any]] = None,
         worker_id: Optional[str] = None,
     ) -> AttemptedRollout:
-        check_mode(mode)
-        config_ = _coerce_config(config)
-        metadata_ = _coerce_metadata(metadata)
+        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
 
         async def step(st: StoreTransaction) -> AttemptedRollout:
-            rollout = Rollout.model_construct(
-                rollout_id=new_rollout_id(),
-                input=input,
-                start_time=st.now,
-                end_time=None,
-                mode=mode,
-                resources_id=await st.resolve_resources_id(resources_id),
-                status="preparing",
-                config=config_,
-                metadata=metadata_,
-            )
+            rollout = draft.build("preparing", await st.resolve_resources_id(draft.resources_id), st.now)
             await st.insert_rollouts([rollout])
             return await st.new_attempt(RolloutRecord(rollout, 0), worker_id)
 
         return await self._write(step)
 
-    async def _enqueue_many(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
-        prepared = []
-        for request in requests:
-            check_mode(request.mode)
-            prepared.append((request, _coerce_config(request.config), _coerce_metadata(request.metadata)))
-
+    async def _enqueue_many(self, drafts: list[arguments.RolloutDraft]) -> list[Rollout]:
         async def step(st: StoreTransaction) -> list[Rollout]:
-            rollouts: list[Rollout] = []
-            for request, config, metadata in prepared:
-                rollouts.append(
-                    Rollout.model_construct(
-                        rollout_id=new_rollout_id(),
-                        input=request.input,
-                        start_time=st.now,
-                        end_time=None,
-                        mode=request.mode,
-                        resources_id=await st.resolve_resources_id(request.resources_id),
-                        status="queuing",
-                        config=config,
-                        metadata=metadata,
-                    )
-                )
+            rollouts = [
+                draft.build("queuing", await st.resolve_resources_id(draft.resources_id), st.now) for draft in drafts
+            ]
             await st.insert_rollouts(rollouts)
             return [r.model_copy() for r in rollouts]
 
         return await self._write(step)
-
-    @tracked("rollouts")
-    @healthcheck_before
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode] = None,
-        resources_id: Optional[str] = None,
-        config: Optional[RolloutConfig] = None,
-        metadata: Optional[dict[str, Any]] = None,
-    ) -> Rollout:
-        request = EnqueueRolloutRequest.model_construct(
-            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
-        )
-        return (await self._enqueue_many([request]))[0]
-
-    @tracked("rollouts")
-    @healthcheck_before
-    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
-        requests = [
-            r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r) for r in rollouts
-        ]
-        if not requests:
-            return []
-        return await self._enqueue_many(requests)
 
     async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
         async def step(st: StoreTransaction) -> list[AttemptedRollout]:
             return await st.claim_from_queue(limit, worker_id)
 
         return await self._write(step)
-
-    @tracked("rollouts")
-    @healthcheck_before
-    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
-        claimed = await self._dequeue(1, worker_id)
-        return claimed[0] if claimed else None
-
-    @tracked("rollouts")
-    @healthcheck_before
-    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            raise ValueError(f"limit must be an integer, got {limit!r}")
-        if limit <= 0:
-            return []
-        return await self._dequeue(limit, worker_id)
 
     @tracked("attempts")
     @healthcheck_before
@@ -289,13 +198,8 @@ class SqlLightningStore(LightningStore):
         status: Optional[Sequence[RolloutStatus]] = None,
         rollout_ids: Optional[Sequence[str]] = None,
     ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-        check_filter_logic(filter_logic)
-        check_sort("rollout", sort_by, sort_order)
-        check_pagination(limit, offset)
-        statuses = merge_status_filters(status_in, status)
-        for value in statuses or []:
-            check_rollout_status(value)
-        ids = merge_status_filters(rollout_id_in, rollout_ids)
+        arguments.check_query("rollout", sort_by, sort_order, limit, offset, filter_logic)
+        statuses, ids = arguments.rollout_query_filters(status_in, status, rollout_id_in, rollout_ids)
         where = Where(self._engine.dialect, filter_logic)
         where.field(where.within("r.status", statuses))
         where.field(where.within("r.rollout_id", ids), where.contains("r.rollout_id", rollout_id_contains))
@@ -325,74 +229,31 @@ class SqlLightningStore(LightningStore):
         config: Any = UNSET,
         metadata: Any = UNSET,
     ) -> Rollout:
-        changes: dict[str, Any] = {}
         if not is_unset(input):
             to_json(input)  # fail before the transaction when the input cannot be stored
-            changes["input"] = input
-        if not is_unset(mode):
-            check_mode(mode)
-            changes["mode"] = mode
-        if not is_unset(status):
-            check_rollout_status(status)
-        if not is_unset(config):
-            if config is None:
-                raise ValueError("config may not be None; pass a RolloutConfig (or leave it out)")
-            changes["config"] = _coerce_config(config)
-        if not is_unset(metadata):
-            changes["metadata"] = _coerce_metadata(metadata)
+        changes = arguments.rollout_changes(input, mode, status, config, metadata)
 
         async def step(st: StoreTransaction) -> Rollout:
             record = await st.require_rollout(rollout_id)
-            step_changes = dict(changes)
+            step_changes = dict(changes)  # the engine may retry this step
             if not is_unset(resources_id):
                 step_changes["resources_id"] = (
                     None if resources_id is None else await st.resolve_resources_id(resources_id)
                 )
-            new_status = record.rollout.status if is_unset(status) else status
+            new_status = step_changes.pop("status", record.rollout.status)
             return await st.set_rollout_status(record.rollout, new_status, **step_changes)
 
         updated = await self._write(step)
         return updated.model_copy()
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
-        ids = list(rollout_ids)
-        if timeout == 0:
-            return (await self._finished(ids))[0]
-        deadline = None if timeout is None else time.monotonic() + timeout
-        waiter = self._waiters.register(ids)
-        try:
-            while True:
-                finished, pending = await self._finished(ids)
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if not pending or (remaining is not None and remaining <= 0):
-                    return finished
-                slice_ = self.wait_poll_seconds if remaining is None else min(remaining, self.wait_poll_seconds)
-                await waiter.wait(slice_)
-                await self._watchdog.maybe_scan()
-        finally:
-            self._waiters.unregister(waiter)
-
     async def _finished(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
         """Terminal rollouts among the ids (input order) and whether any known one is still pending."""
 
-        async def step(st: StoreTransaction) -> dict[str, Rollout]:
-            return await reads.rollouts_by_ids(st, rollout_ids)
+        async def step(st: StoreTransaction) -> tuple[dict[str, Rollout], bool]:
+            return await reads.finished_rollouts(st, rollout_ids)
 
-        by_id = await self._read(step)
-        finished: list[Rollout] = []
-        pending = False
-        for rollout_id in rollout_ids:
-            rollout = by_id.get(rollout_id)
-            if rollout is None:
-                continue
-            if is_terminal(rollout.status):
-                finished.append(rollout.model_copy())
-            else:
-                pending = True
+        by_id, pending = await self._read(step)
+        finished = [by_id[rollout_id].model_copy() for rollout_id in rollout_ids if rollout_id in by_id]
         return finished, pending
 
     # ---- attempts ----
@@ -408,8 +269,7 @@ class SqlLightningStore(LightningStore):
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[Attempt]:
-        check_sort("attempt", sort_by, sort_order)
-        check_pagination(limit, offset)
+        arguments.check_query("attempt", sort_by, sort_order, limit, offset)
         where = Where(self._engine.dialect).require(("rollout_id = ?", [rollout_id]))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Attempt]:
@@ -436,30 +296,15 @@ class SqlLightningStore(LightningStore):
         last_heartbeat_time: Any = UNSET,
         metadata: Any = UNSET,
     ) -> Attempt:
-        changes: dict[str, Any] = {}
-        if not is_unset(status):
-            check_attempt_status(status)
-            changes["status"] = status
-        if not is_unset(worker_id):
-            if worker_id is not None and not isinstance(worker_id, str):
-                raise ValueError(f"worker_id must be a string or None, got {type(worker_id).__name__}")
-            changes["worker_id"] = worker_id
-        if not is_unset(last_heartbeat_time):
-            if last_heartbeat_time is not None and (
-                not isinstance(last_heartbeat_time, (int, float)) or isinstance(last_heartbeat_time, bool)
-            ):
-                raise ValueError(f"last_heartbeat_time must be a number or None, got {last_heartbeat_time!r}")
-            changes["last_heartbeat_time"] = last_heartbeat_time
-        if not is_unset(metadata):
-            changes["metadata"] = _coerce_metadata(metadata)
+        changes = arguments.attempt_changes(status, worker_id, last_heartbeat_time, metadata)
 
         async def step(st: StoreTransaction) -> Attempt:
             record = await st.require_rollout(rollout_id)
             attempt = await st.require_attempt(rollout_id, attempt_id)
-            new_worker = changes.get("worker_id")
-            if new_worker is not None and new_worker != attempt.worker_id:
-                await st.claim_for_worker(attempt.model_copy(update={"worker_id": new_worker}))
-            return await st.update_attempt(record, attempt, dict(changes))
+            reassigned = transitions.worker_reassignment(attempt, changes)
+            if reassigned is not None:
+                await st.claim_for_worker(reassigned)
+            return await st.update_attempt(record, attempt, changes)
 
         return await self._write(step)
 
@@ -468,7 +313,7 @@ class SqlLightningStore(LightningStore):
     @tracked("spans")
     @healthcheck_before
     async def add_span(self, span: Span) -> Optional[Span]:
-        spans = [_coerce_span(span)]
+        spans = [arguments.coerce_span(span)]
 
         async def step(st: StoreTransaction) -> list[Span]:
             return await st.insert_spans(spans)
@@ -479,7 +324,7 @@ class SqlLightningStore(LightningStore):
     @tracked("spans")
     @healthcheck_before
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
-        spans_ = [_coerce_span(s) for s in spans]
+        spans_ = arguments.coerce_spans(spans)
         if not spans_:
             return []
 
@@ -496,19 +341,6 @@ class SqlLightningStore(LightningStore):
             return await st.next_span_sequence_ids([rollout_id for rollout_id, _ in pairs])
 
         return await self._write(step)
-
-    @tracked("spans")
-    @healthcheck_before
-    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
-        return (await self._next_sequence_ids([(rollout_id, attempt_id)]))[0]
-
-    @tracked("spans")
-    @healthcheck_before
-    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
-        pairs = [(r, a) for r, a in rollout_attempt_ids]
-        if not pairs:
-            return []
-        return await self._next_sequence_ids(pairs)
 
     @tracked("spans")
     @healthcheck_before
@@ -531,15 +363,10 @@ class SqlLightningStore(LightningStore):
         sort_by: Optional[str] = "sequence_id",
         sort_order: SortOrder = "asc",
     ) -> PaginatedResult[Span]:
-        check_filter_logic(filter_logic)
-        check_sort("span", sort_by, sort_order)
-        check_pagination(limit, offset)
+        arguments.check_query("span", sort_by, sort_order, limit, offset, filter_logic)
         where = Where(self._engine.dialect, filter_logic)
-        for column, exact, contains in (
-            ("trace_id", trace_id, trace_id_contains),
-            ("span_id", span_id, span_id_contains),
-            ("parent_id", parent_id, parent_id_contains),
-            ("name", name, name_contains),
+        for column, exact, contains in arguments.span_field_filters(
+            trace_id, trace_id_contains, span_id, span_id_contains, parent_id, parent_id_contains, name, name_contains
         ):
             where.field(where.exact(column, exact), where.contains(column, contains))
 
@@ -562,18 +389,6 @@ class SqlLightningStore(LightningStore):
             )
 
         return await self._write(step)
-
-    @tracked("resources")
-    @healthcheck_before
-    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
-        return await self._put_resources(None, resources)
-
-    @tracked("resources")
-    @healthcheck_before
-    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
-        if not isinstance(resources_id, str) or not resources_id:
-            raise ValueError(f"resources_id must be a non-empty string, got {resources_id!r}")
-        return await self._put_resources(resources_id, resources)
 
     @tracked("resources")
     @healthcheck_before
@@ -603,8 +418,7 @@ class SqlLightningStore(LightningStore):
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[ResourcesUpdate]:
-        check_sort("resources", sort_by, sort_order)
-        check_pagination(limit, offset)
+        arguments.check_query("resources", sort_by, sort_order, limit, offset)
         where = Where(self._engine.dialect)
         where.field(where.exact("resources_id", resources_id), where.contains("resources_id", resources_id_contains))
 
@@ -628,14 +442,10 @@ class SqlLightningStore(LightningStore):
         limit: int = -1,
         offset: int = 0,
     ) -> PaginatedResult[Worker]:
-        check_filter_logic(filter_logic)
-        check_sort("worker", sort_by, sort_order)
-        check_pagination(limit, offset)
-        if status_in is not None:
-            for value in status_in:
-                check_worker_status(value)
+        arguments.check_query("worker", sort_by, sort_order, limit, offset, filter_logic)
+        statuses = arguments.worker_status_filter(status_in)
         where = Where(self._engine.dialect, filter_logic)
-        where.field(where.within("status", list(status_in) if status_in is not None else None))
+        where.field(where.within("status", statuses))
         where.field(where.contains("worker_id", worker_id_contains))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Worker]:
@@ -654,11 +464,7 @@ class SqlLightningStore(LightningStore):
     @tracked("workers")
     @healthcheck_before
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
-        if not isinstance(worker_id, str) or not worker_id:
-            raise ValueError(f"worker_id must be a non-empty string, got {worker_id!r}")
-        changes: dict[str, Any] = {}
-        if not is_unset(heartbeat_stats):
-            changes["heartbeat_stats"] = _coerce_metadata(heartbeat_stats, "heartbeat_stats")
+        changes = arguments.worker_changes(worker_id, heartbeat_stats)
 
         async def step(st: StoreTransaction) -> Worker:
             return await st.touch_worker(worker_id, **changes, last_heartbeat_time=st.now)

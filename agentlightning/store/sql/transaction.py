@@ -1,7 +1,7 @@
 """The store's state machine as steps inside one SQL transaction.
 
-Each step mirrors a helper of `CollectionBasedLightningStore` (same rules from `store.utils`, same order of
-effects), so SQL backends and the in-memory store behave alike. Rows a step changes based on what it
+Each step applies a decision of `store.transitions` (as `collection.steps` does for the collection store, in the
+same order of effects), so SQL backends and the in-memory store behave alike. Rows a step changes based on what it
 read are read with `{for_update}`: a no-op on SQLite (write transactions are exclusive there) and a row
 lock on PostgreSQL (so concurrent processes serialise per rollout instead of losing updates). Locks are
 taken rollout -> attempt -> worker to keep deadlocks rare; the engine retries the rare ones.
@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from agentlightning.types import Attempt, AttemptedRollout, AttemptStatus, Rollout, RolloutStatus, Span, Worker
+from agentlightning.types import Attempt, AttemptedRollout, Rollout, RolloutStatus, Span, Worker
 
-from ..utils import is_queuing, is_terminal, new_attempt_id, rollout_status_from_attempt, worker_status_from_attempt
+from .. import _arguments as arguments
+from .. import transitions
+from ..utils import assign_sequence_ids, count_unsequenced_spans, is_queuing
 from .codec import (
     ATTEMPT_COLUMNS,
     ROLLOUT_COLUMNS,
@@ -28,7 +30,7 @@ from .codec import (
 )
 from .engine import SqlTransaction
 
-__all__ = ["RolloutRecord", "StoreTransaction", "LATEST_RESOURCES_KEY", "attempted"]
+__all__ = ["RolloutRecord", "StoreTransaction", "LATEST_RESOURCES_KEY"]
 
 LATEST_RESOURCES_KEY = "latest_resources_id"
 
@@ -58,11 +60,6 @@ _WORKER_COLUMN_ENCODERS: dict[str, Any] = {
     "current_rollout_id": None,
     "current_attempt_id": None,
 }
-
-
-def attempted(rollout: Rollout, attempt: Attempt) -> AttemptedRollout:
-    # Both parts are validated models of the same rollout, so skip re-validation on this hot path.
-    return AttemptedRollout.model_construct(**dict(rollout), attempt=attempt)
 
 
 def _encode(encoders: dict[str, Any], changes: dict[str, Any]) -> tuple[list[str], list[Any]]:
@@ -109,7 +106,7 @@ class StoreTransaction:
     async def require_rollout(self, rollout_id: str, *, lock: bool = True) -> RolloutRecord:
         record = await self.get_rollout(rollout_id, lock=lock)
         if record is None:
-            raise ValueError(f"rollout {rollout_id!r} not found; was it enqueued in this store?")
+            raise arguments.rollout_not_found(rollout_id)
         return record
 
     async def insert_rollouts(self, rollouts: Sequence[Rollout]) -> None:
@@ -160,10 +157,7 @@ class StoreTransaction:
                     continue
                 claimed.append(await self.new_attempt(record, worker_id))
         if worker_id is not None:
-            if claimed:
-                await self.touch_worker(worker_id, last_dequeue_time=self.now)
-            else:
-                await self.touch_worker(worker_id, last_dequeue_time=self.now, status="idle", last_idle_time=self.now)
+            await self.touch_worker(worker_id, **transitions.worker_dequeue_changes(bool(claimed), self.now))
         return claimed
 
     async def set_rollout_status(
@@ -173,17 +167,11 @@ class StoreTransaction:
 
         `attempt_count` records a new latest attempt in the same statement.
         """
-        previous = rollout.status
-        if status != previous:
-            changes["status"] = status
-            if is_terminal(status):
-                changes["end_time"] = self.now
-            elif rollout.end_time is not None:
-                changes["end_time"] = None
-        config = changes.pop("config", None)
-        columns, values = _encode(_ROLLOUT_COLUMN_ENCODERS, changes)
+        transition = transitions.rollout_transition(rollout, status, self.now, changes)
+        fields = dict(transition.changes)
+        config = fields.pop("config", None)
+        columns, values = _encode(_ROLLOUT_COLUMN_ENCODERS, fields)
         if config is not None:
-            changes["config"] = config
             columns += ["config", "timeout_seconds", "unresponsive_seconds"]
             values += [config.model_dump_json(), config.timeout_seconds, config.unresponsive_seconds]
         if attempt_count is not None:
@@ -191,28 +179,27 @@ class StoreTransaction:
             values.append(attempt_count)
         assignments = [f"{column} = ?" for column in columns]
         # The queue holds exactly the queuing-like rollouts; a rollout already queued keeps its place.
-        if is_queuing(status):
+        if transition.enqueue:
             assignments.append("queue_position = COALESCE(queue_position, {next_queue_position})")
-        elif is_queuing(previous):
+        elif transition.dequeue:
             assignments.append("queue_position = NULL")
         if assignments:
             await self.tx.execute(
                 "UPDATE {rollouts} SET " + ", ".join(assignments) + " WHERE rollout_id = ?",
                 (*values, rollout.rollout_id),
             )
-        if status != previous and is_terminal(status):
+        if transition.finished:
             self.finished.append(rollout.rollout_id)
-        return rollout.model_copy(update=changes) if changes else rollout
+        return rollout.model_copy(update=transition.changes) if transition.changes else rollout
 
     async def resolve_resources_id(self, resources_id: Optional[str]) -> Optional[str]:
         if resources_id is None:
             row = await self.tx.fetchone("SELECT value FROM {meta} WHERE key = ?", (LATEST_RESOURCES_KEY,))
             return row[0] if row is not None else None
-        if not isinstance(resources_id, str):
-            raise ValueError(f"resources_id must be a string, got {type(resources_id).__name__}")
+        arguments.check_resources_reference(resources_id)
         row = await self.tx.fetchone("SELECT 1 FROM {resources} WHERE resources_id = ?", (resources_id,))
         if row is None:
-            raise ValueError(f"resources {resources_id!r} not found; add them with add_resources/update_resources")
+            raise arguments.resources_not_found(resources_id)
         return resources_id
 
     async def put_resources(self, resources_id: str, document: str) -> tuple[float, int]:
@@ -250,11 +237,11 @@ class StoreTransaction:
         if attempt_id == "latest":
             attempt = await self.latest_attempt(rollout_id, lock=lock)
             if attempt is None:
-                raise ValueError(f"rollout {rollout_id!r} has no attempts yet; dequeue or start one first")
+                raise arguments.no_attempts_yet(rollout_id)
             return attempt
         attempt = await self.get_attempt(rollout_id, attempt_id, lock=lock)
         if attempt is None:
-            raise ValueError(f"attempt {attempt_id!r} not found in rollout {rollout_id!r}")
+            raise arguments.attempt_not_found(rollout_id, attempt_id)
         return attempt
 
     async def write_attempt(self, attempt: Attempt, changes: dict[str, Any]) -> None:
@@ -269,13 +256,7 @@ class StoreTransaction:
 
     async def new_attempt(self, record: RolloutRecord, worker_id: Optional[str]) -> AttemptedRollout:
         """Create the rollout's next attempt (sequence id = attempts so far + 1); the rollout is `preparing`."""
-        attempt = Attempt(
-            rollout_id=record.rollout.rollout_id,
-            attempt_id=new_attempt_id(),
-            sequence_id=record.attempt_count + 1,
-            start_time=self.now,
-            worker_id=worker_id,
-        )
+        attempt = transitions.next_attempt(record.rollout.rollout_id, record.attempt_count + 1, worker_id, self.now)
         await self.tx.execute(
             "INSERT INTO {attempts} (" + ATTEMPT_COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -294,24 +275,19 @@ class StoreTransaction:
         rollout = await self.set_rollout_status(record.rollout, "preparing", attempt_count=attempt.sequence_id)
         record.rollout = rollout
         await self.claim_for_worker(attempt)
-        return attempted(rollout, attempt)
+        return transitions.attempted_rollout(rollout, attempt)
 
     async def update_attempt(self, record: RolloutRecord, attempt: Attempt, changes: dict[str, Any]) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        status: Optional[AttemptStatus] = changes.get("status")
-        if status in ("succeeded", "failed"):
-            changes["end_time"] = self.now
-        updated = attempt.model_copy(update=changes)
-        await self.write_attempt(attempt, changes)
-        if status is None:
+        fields = transitions.stamp_attempt_changes(changes, self.now)
+        updated = attempt.model_copy(update=fields)
+        await self.write_attempt(attempt, fields)
+        if changes.get("status") is None:
             return updated
         await self.sync_worker_status(updated)
-        # A cancelled rollout stays cancelled whatever its attempts report afterwards.
-        rollout = record.rollout
-        if rollout.status != "cancelled" and updated.sequence_id >= record.attempt_count:
-            record.rollout = await self.set_rollout_status(
-                rollout, rollout_status_from_attempt(updated, rollout.config)
-            )
+        status = transitions.rollout_status_after_attempt(record.rollout, updated)
+        if status is not None and updated.sequence_id >= record.attempt_count:
+            record.rollout = await self.set_rollout_status(record.rollout, status)
         return updated
 
     # ---- workers ----
@@ -341,31 +317,21 @@ class StoreTransaction:
 
     async def claim_for_worker(self, attempt: Attempt) -> None:
         if attempt.worker_id is not None:
-            await self.touch_worker(
-                attempt.worker_id,
-                status="busy",
-                last_busy_time=self.now,
-                current_rollout_id=attempt.rollout_id,
-                current_attempt_id=attempt.attempt_id,
-            )
+            await self.touch_worker(attempt.worker_id, **transitions.worker_claim_changes(attempt, self.now))
 
     async def sync_worker_status(self, attempt: Attempt) -> None:
         """Worker status follows its attempt: finished -> idle, stale -> unknown, otherwise busy."""
         if attempt.worker_id is None:
             return
-        status = worker_status_from_attempt(attempt.status)
-        if status == "busy":
+        if transitions.worker_stays_busy(attempt):
             await self.claim_for_worker(attempt)
             return
         row = await self.tx.fetchone(
             "SELECT current_attempt_id FROM {workers} WHERE worker_id = ?{for_update}", (attempt.worker_id,)
         )
-        if row is not None and row[0] not in (None, attempt.attempt_id):
-            return  # the worker already moved on to another attempt
-        changes: dict[str, Any] = {"status": status}
-        if status == "idle":
-            changes["last_idle_time"] = self.now
-        await self.touch_worker(attempt.worker_id, **changes)
+        changes = transitions.worker_release_changes(attempt, self.now, row[0] if row is not None else None)
+        if changes is not None:
+            await self.touch_worker(attempt.worker_id, **changes)
 
     # ---- spans ----
 
@@ -377,25 +343,21 @@ class StoreTransaction:
         for rollout_id in sorted({span.rollout_id for span in spans}):
             record = await self.get_rollout(rollout_id, lock=True)
             if record is None:
-                span = next(s for s in spans if s.rollout_id == rollout_id)
-                raise ValueError(f"span {span.span_id!r} refers to rollout {rollout_id!r}, which does not exist")
+                raise arguments.span_rollout_not_found(next(s for s in spans if s.rollout_id == rollout_id))
             records[rollout_id] = record
         for key in sorted({(span.rollout_id, span.attempt_id) for span in spans}):
             attempt = await self.get_attempt(*key, lock=True)
             if attempt is None:
-                span = next(s for s in spans if (s.rollout_id, s.attempt_id) == key)
-                raise ValueError(
-                    f"span {span.span_id!r} refers to attempt {key[1]!r}, which does not exist in rollout {key[0]!r}"
-                )
+                raise arguments.span_attempt_not_found(next(s for s in spans if (s.rollout_id, s.attempt_id) == key))
             attempts[key] = attempt
-        floors: dict[str, int] = {}
-        for span in spans:
-            floors[span.rollout_id] = max(floors.get(span.rollout_id, 0), span.sequence_id)
-        await self.tx.executemany(
-            "INSERT INTO {span_sequences} AS s (rollout_id, last_value) VALUES (?, ?) ON CONFLICT (rollout_id) "
-            "DO UPDATE SET last_value = {greatest}(s.last_value, excluded.last_value)",
-            sorted(floors.items()),
-        )
+        floors = transitions.sequence_floors(spans)
+        if floors:
+            await self.tx.executemany(
+                "INSERT INTO {span_sequences} AS s (rollout_id, last_value) VALUES (?, ?) ON CONFLICT (rollout_id) "
+                "DO UPDATE SET last_value = {greatest}(s.last_value, excluded.last_value)",
+                sorted(floors.items()),
+            )
+        spans = await self.allocate_sequence_ids(spans)
         await self.tx.executemany(
             "INSERT INTO {spans} (rollout_id, attempt_id, sequence_id, trace_id, span_id, parent_id, name, "
             "start_time, end_time, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -422,18 +384,34 @@ class StoreTransaction:
             await self.heartbeat_from_span(records[key[0]], attempts[key])
         return spans
 
+    async def allocate_sequence_ids(self, spans: list[Span]) -> list[Span]:
+        """Give spans without a sequence id (`<= 0`) the next ids of their rollout, in batch order."""
+        missing = count_unsequenced_spans(spans)
+        if not missing:
+            return spans
+        first_ids: dict[str, int] = {}
+        for rollout_id in sorted(missing):
+            count = missing[rollout_id]
+            row = await self.tx.fetchone(
+                "INSERT INTO {span_sequences} AS s (rollout_id, last_value) VALUES (?, ?) ON CONFLICT (rollout_id) "
+                "DO UPDATE SET last_value = s.last_value + excluded.last_value RETURNING last_value",
+                (rollout_id, count),
+            )
+            assert row is not None
+            first_ids[rollout_id] = int(row[0]) - count + 1
+        return assign_sequence_ids(spans, first_ids)
+
     async def heartbeat_from_span(self, record: RolloutRecord, attempt: Attempt) -> None:
         """A span is a heartbeat; the first one (or one after going unresponsive) means `running`."""
-        if attempt.status not in ("preparing", "unresponsive"):
-            await self.write_attempt(attempt, {"last_heartbeat_time": self.now})
-            return
-        changes: dict[str, Any] = {"last_heartbeat_time": self.now, "status": "running"}
+        changes = transitions.span_heartbeat_changes(attempt, self.now)
         await self.write_attempt(attempt, changes)
+        if "status" not in changes:
+            return
         running = attempt.model_copy(update=changes)
         await self.sync_worker_status(running)
-        rollout = record.rollout
-        if rollout.status in ("preparing", "requeuing") and running.sequence_id >= record.attempt_count:
-            record.rollout = await self.set_rollout_status(rollout, "running")
+        status = transitions.rollout_status_after_span(record.rollout)
+        if status is not None and running.sequence_id >= record.attempt_count:
+            record.rollout = await self.set_rollout_status(record.rollout, status)
 
     async def next_span_sequence_ids(self, rollout_ids: Sequence[str]) -> list[int]:
         out: list[int] = []

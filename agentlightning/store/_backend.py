@@ -1,0 +1,143 @@
+"""`BackendLightningStore`: what every store that holds the data itself (collections, SQL) does the same way.
+
+It owns the per-store machinery (clock, metrics, watchdog, completion waiters) and the public calls that
+only check their arguments and hand them to the backend; a backend supplies the steps below (`_enqueue_many`,
+`_dequeue`, `_finished`, `_next_sequence_ids`, `_put_resources`, `_scan_unhealthy`) and the other calls.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from agentlightning.types import (
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    TaskInput,
+)
+
+from . import _arguments as arguments
+from .base import LightningStore
+from .collection.tracking import register_store_metrics, tracked
+from .collection.waiters import CompletionWaiters, wait_until_finished
+from .utils import Clock
+from .watchdog import Watchdog, healthcheck_before
+
+__all__ = ["BackendLightningStore"]
+
+
+class BackendLightningStore(LightningStore):
+    """Base of the data-holding stores; `wait_poll_seconds` is how often waits re-read for other processes."""
+
+    wait_poll_seconds: float = 10.0
+
+    def _start_machinery(self, *, clock: Optional[Clock], tracker: Any, scan_debounce_seconds: float) -> None:
+        """Set up the clock, metrics, watchdog and waiters; every backend calls this from `__init__`."""
+        self._clock: Clock = clock or time.time
+        self._tracker = tracker
+        if tracker is not None:
+            register_store_metrics(tracker)
+        self._watchdog = Watchdog(self._scan_unhealthy, clock=self._clock, debounce_seconds=scan_debounce_seconds)
+        self._waiters = CompletionWaiters()
+        self._started_at = self._clock()
+
+    # ---- the backend's steps ----
+
+    @abstractmethod
+    async def _scan_unhealthy(self, now: float) -> None:
+        """Mark latest attempts of live rollouts that exceeded their timeout / went silent."""
+
+    @abstractmethod
+    async def _enqueue_many(self, drafts: list[arguments.RolloutDraft]) -> list[Rollout]:
+        """Store new `queuing` rollouts (all or none) at the tail of the queue."""
+
+    @abstractmethod
+    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+        """Claim up to `limit` queued rollouts, each with a new attempt; records the worker's dequeue."""
+
+    @abstractmethod
+    async def _finished(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
+        """Terminal rollouts among the ids (input order) and whether any known one is still pending."""
+
+    @abstractmethod
+    async def _next_sequence_ids(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
+        """Allocate the next span sequence id of each `(rollout_id, attempt_id)`, checking both exist."""
+
+    @abstractmethod
+    async def _put_resources(self, resources_id: Optional[str], resources: NamedResources) -> ResourcesUpdate:
+        """Create (under a new id when None) or replace a resources bundle and make it the latest."""
+
+    # ---- the calls that only check arguments ----
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+    ) -> Rollout:
+        return (await self._enqueue_many([arguments.rollout_draft(input, mode, resources_id, config, metadata)]))[0]
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        drafts = arguments.enqueue_drafts(rollouts)
+        if not drafts:
+            return []
+        return await self._enqueue_many(drafts)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+        claimed = await self._dequeue(1, worker_id)
+        return claimed[0] if claimed else None
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+        arguments.check_dequeue_limit(limit)
+        if limit <= 0:
+            return []
+        return await self._dequeue(limit, worker_id)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
+        arguments.check_wait_timeout(timeout)
+        return await wait_until_finished(
+            self._waiters, list(rollout_ids), timeout, self.wait_poll_seconds, self._finished, self._watchdog.maybe_scan
+        )
+
+    @tracked("spans")
+    @healthcheck_before
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        return (await self._next_sequence_ids([(rollout_id, attempt_id)]))[0]
+
+    @tracked("spans")
+    @healthcheck_before
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        pairs = [(r, a) for r, a in rollout_attempt_ids]
+        if not pairs:
+            return []
+        return await self._next_sequence_ids(pairs)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._put_resources(None, resources)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        arguments.check_resources_id(resources_id)
+        return await self._put_resources(resources_id, resources)
