@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,train
 # torch is pinned to the CPU wheel available locally; an unpinned torch pulls multi-GB CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv browser test check lint format bench clean
+.PHONY: venv browser test check lint format bench demo clean
 
 $(BIN)/activate: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ format: venv
 
 bench: venv
 	$(PY) benchmarks/store_bench.py --quick
+
+# The main job: GRPO-train SmolLM2-135M-Instruct on the calculator task (CPU, ~15 min); outputs in runs/demo/.
+demo: venv
+	$(PY) examples/grpo_calculator/train_calculator.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

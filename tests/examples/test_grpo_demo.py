@@ -1,0 +1,73 @@
+"""The `make demo` script end to end in `--quick` mode, with the tiny test model in place of SmolLM2.
+
+Same code path as the real demo: `Trainer.fit` with the client-server strategy and runner processes, a
+SQLite store, the tracer recording the policy server's token ids, the triplet adapter and GRPO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentlightning.adapter import TracerTraceToTriplet
+from agentlightning.algorithm.grpo import read_metrics, triplet_tokens
+from agentlightning.store.sqlite import SqliteLightningStore
+from tests.support.tiny_model import tiny_model
+
+pytestmark = [pytest.mark.train, pytest.mark.slow]
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "grpo_calculator"
+sys.path.insert(0, str(DEMO_DIR))
+train_calculator = importlib.import_module("train_calculator")  # the demo script, importable from its folder
+
+
+async def _llm_calls(store_path: Path) -> tuple[dict[str, int], int, list[tuple[str, int]]]:
+    """Rollouts per mode, LLM-call spans, and (mode, triplets with token ids) of every succeeded rollout."""
+    store = SqliteLightningStore(store_path)
+    try:
+        rollouts = list(await store.query_rollouts())
+        modes: dict[str, int] = {}
+        llm_spans = 0
+        with_tokens: list[tuple[str, int]] = []
+        for rollout in rollouts:
+            modes[str(rollout.mode)] = modes.get(str(rollout.mode), 0) + 1
+            assert rollout.status == "succeeded", rollout
+            spans = list(await store.query_spans(rollout.rollout_id, "latest"))
+            calls = [s for s in spans if s.name == "openai.chat.completion"]
+            llm_spans += len(calls)
+            triplets = list(TracerTraceToTriplet().adapt(spans))
+            assert len(triplets) == len(calls) >= 1
+            with_tokens.append((str(rollout.mode), sum(triplet_tokens(t) is not None for t in triplets)))
+            assert with_tokens[-1][1] == len(calls), "every LLM call must carry prompt and response token ids"
+        return modes, llm_spans, with_tokens
+    finally:
+        await store.close()
+
+
+def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model(seed=0)
+    model.config.max_position_embeddings = 2048  # the demo's few-shot prompt is longer than the default 512
+    args = train_calculator.build_parser().parse_args(["--quick", "--output-dir", str(tmp_path / "demo")])
+    summary = train_calculator.run_demo(args, model=model, tokenizer=tokenizer)
+
+    out = tmp_path / "demo"
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert set(summary["val_before"]) >= {"reward_mean", "exact_accuracy"} and summary["val_after"]
+    assert len(summary["train_reward_per_step"]) == 2
+    assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for record in records[1:]:
+        assert record["rollouts"] == 4 and record["rollouts_failed"] == 0
+        assert record["triplets_skipped"] == 0 and record["old_logprobs_recomputed"] == 0
+        assert record["samples"] >= 4  # at least one trained LLM call per rollout
+
+    modes, llm_spans, with_tokens = asyncio.run(_llm_calls(out / "store.db"))
+    assert modes == {"val": 8, "train": 8}  # 4 held-out tasks before and after, 2 steps x 2 tasks x 2 rollouts
+    assert llm_spans >= 16
