@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agentlightning.emitter import emit_exception, emit_reward, find_final_reward
+from agentlightning.instrumentation.openai_clients import install_safe_client_finalizers
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     AttemptedRollout,
@@ -131,6 +132,8 @@ class LitAgentRunner(Runner[T_task]):
 
     def init_worker(self, worker_id: int, store: LightningStore, **kwargs: Any) -> None:  # type: ignore[override]
         """Bind worker `worker_id` to `store` (also for the tracer)."""
+        # Agents leak async SDK clients; their default finalizer can strand this worker's next LLM call.
+        install_safe_client_finalizers()
         self.worker_id = worker_id
         self._store = store
         self._tracer.init_worker(worker_id, store)

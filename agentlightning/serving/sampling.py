@@ -8,13 +8,29 @@ recomputes exactly these numbers for unchanged weights.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SamplingParams", "GenerationRow", "TokenStep", "RowResult", "generate_rows", "left_pad"]
+__all__ = ["SamplingParams", "GenerationRow", "TokenStep", "RowResult", "generate_rows", "kv_cache_keyword", "left_pad"]
+
+
+def kv_cache_keyword(model: Any) -> str:
+    """The name under which `model.forward` takes and returns its KV cache.
+
+    transformers 5.x renamed `past_key_values` to `cache` (the old name warns and goes away in 5.40);
+    asking the signature keeps decoding free of deprecated arguments on either side of the rename.
+    A peft wrapper forwards `**kwargs`, so the wrapped model's signature decides.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        parameters = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -134,16 +150,17 @@ def generate_rows(
     active = [True] * batch
     counts: Optional[torch.Tensor] = None
     past = None
+    cache_keyword = kv_cache_keyword(model)
     with torch.inference_mode():
         for _ in range(max(r.params.max_tokens for r in rows)):
             out = model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past,
                 use_cache=True,
+                **{cache_keyword: past},
             )
-            past = out.past_key_values
+            past = getattr(out, cache_keyword)
             logits = out.logits[:, -1, :].float()
             logprobs = torch.log_softmax(logits / scale, dim=-1)
             shaped = logits

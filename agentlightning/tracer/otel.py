@@ -222,8 +222,10 @@ class OtelTracer(Tracer):
     @staticmethod
     def _instrument_openai_client() -> None:
         from agentlightning.instrumentation.openai import instrument_openai
+        from agentlightning.instrumentation.openai_clients import install_safe_client_finalizers
 
         instrument_openai()
+        install_safe_client_finalizers()
 
     # ---- tracing ----
 
