@@ -349,7 +349,9 @@ class ProcessAgent(LitAgent[Any]):
         """Keep the process report in the attempt's metadata (best effort: never fails the rollout)."""
         attempt = getattr(rollout, "attempt", None)
         try:
-            store = self._store()
+            store = (
+                self.gateway.store if self.gateway is not None and not isinstance(self.gateway, str) else self._store()
+            )
             metadata = dict(getattr(attempt, "metadata", None) or {})
             metadata["process"] = report
             await store.update_attempt(rollout.rollout_id, attempt.attempt_id, metadata=metadata)  # type: ignore[union-attr]
