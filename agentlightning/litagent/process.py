@@ -27,6 +27,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,9 @@ ENTRY_MODULE = "agentlightning._process_entry"
 
 _live_groups: set[int] = set()
 """Process groups of running agent processes in this interpreter (killed at exit)."""
+
+_gateway_start_lock = threading.Lock()
+"""Serialises starting gateways: runner threads sharing one agent must end up sharing one gateway."""
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -200,12 +204,21 @@ class ProcessAgent(LitAgent[Any]):
         store = self._store()
         gateway = self._own_gateways.get(id(store))
         if gateway is None or not gateway.is_running():
+            gateway = await asyncio.to_thread(self._start_own_gateway, store)
+        return gateway.endpoint, gateway.secret
+
+    def _start_own_gateway(self, store: LightningStore) -> Gateway:
+        """The gateway of `store` in this process, started on first use (it serves from its own thread)."""
+        with _gateway_start_lock:
+            gateway = self._own_gateways.get(id(store))
+            if gateway is not None and gateway.is_running():
+                return gateway
             from agentlightning.gateway import Gateway
 
             gateway = Gateway(store, self.gateway_config, launch_mode="thread")
-            await gateway.start()
+            asyncio.run(gateway.start())
             self._own_gateways[id(store)] = gateway
-        return gateway.endpoint, gateway.secret
+            return gateway
 
     async def close(self) -> None:
         """Stop the gateways this agent started (running agent processes are killed at interpreter exit)."""

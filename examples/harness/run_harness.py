@@ -71,11 +71,11 @@ def make_agent(kind: str) -> agl.ProcessAgent:
 
 
 def make_trainer(store: agl.LightningStore, base_url: str, model: str) -> agl.Trainer:
-    """A trainer running the Baseline algorithm in one process, publishing the model as resource `llm`."""
+    """A trainer running the Baseline algorithm and 3 runners in one process; the model is resource `llm`."""
     return agl.Trainer(
         algorithm=agl.Baseline(polling_interval=0.1, span_verbosity="none"),
         store=store,
-        strategy={"type": "shm", "main_thread": "algorithm"},
+        strategy={"type": "shm", "main_thread": "algorithm", "n_runners": 3},
         runner={"poll_interval": 0.05, "heartbeat_interval": 60.0},
         initial_resources={"llm": agl.LLM(endpoint=base_url, model=model)},
     )
