@@ -146,7 +146,6 @@ async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
         client_stream=bool(body.get("stream")),
         extra_attributes={"agentlightning.gateway.mode": mode},
     )
-    state.runtime.reserve_sequence_id(call)
     deployment = upstream.deployment(model)
     if kind == "responses":
         return await forward_responses_call(state.runtime, call, deployment)

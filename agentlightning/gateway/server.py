@@ -13,7 +13,6 @@ import logging
 import os
 from typing import TYPE_CHECKING, Literal, Optional
 
-from agentlightning.llm_proxy.callbacks import LightningOpenTelemetry
 from agentlightning.llm_proxy.models import ModelRouter
 from agentlightning.llm_proxy.runtime import ProxyRuntime
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
@@ -22,6 +21,7 @@ from .app import EVENTS_PATH, HEALTH_PATH, PROXY_PREFIX, GatewayState, build_gat
 from .attempts import AttemptDirectory
 from .config import GATEWAY_MODES, GatewayConfig
 from .keys import attempt_key, new_secret
+from .recording import GatewaySpanRecorder
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -76,7 +76,7 @@ class Gateway:
             ModelRouter([]),
             self.store,
             middlewares=[],
-            callbacks=[LightningOpenTelemetry()],
+            callbacks=[GatewaySpanRecorder()],
             num_retries=self.config.num_retries,
             request_timeout=self.config.request_timeout,
             retry_status_codes=self.config.retry_status_codes,
