@@ -5,10 +5,9 @@ OpenAI server, and land in a SQLite store as spans with exact token ids, rewards
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -93,13 +92,30 @@ def test_node_agent_through_trainer_fit(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_run_harness_script_end_to_end() -> None:
-    completed = subprocess.run(
-        [sys.executable, str(HARNESS / "run_harness.py"), "--agent", "python", "--test-server"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert completed.stdout.count("succeeded reward=1.0 triplets=2") == 3
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_node_agent_in_client_server_runner_processes(tmp_path: Path) -> None:
+    """Runner processes get a pickled ProcessAgent; each starts its own gateway over its store client."""
+    import agentlightning as agl
+    from agentlightning.store.sqlite import SqliteLightningStore
+    from agentlightning.utils.server_launcher import pick_free_port
+
+    example = load_example()
+    db = str(tmp_path / "cs.db")
+    with OpenAITestServer(example.answer_sums) as server:
+        trainer = agl.Trainer(
+            algorithm=agl.Baseline(polling_interval=0.1, span_verbosity="none"),
+            store=SqliteLightningStore(db),
+            n_runners=2,
+            strategy={"type": "cs", "server_host": "127.0.0.1", "graceful_timeout": 3.0, "terminate_timeout": 3.0},
+            port=pick_free_port(),
+            runner={"poll_interval": 0.05, "heartbeat_interval": 60.0},
+            initial_resources={"llm": agl.LLM(endpoint=server.base_url, model="test-model")},
+        )
+        trainer.dev(example.make_agent("node"), example.TASKS, val_dataset=example.VAL_TASKS)
+        reader = SqliteLightningStore(db)
+        try:
+            summary = asyncio.run(example.summarize(reader))
+        finally:
+            asyncio.run(reader.close())
+        check_llm_spans(summary, server, calls_per_rollout=1)
+    assert len(summary) == 3 and all(item["status"] == "succeeded" for item in summary)
