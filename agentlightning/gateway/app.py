@@ -126,7 +126,7 @@ async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
         return error_response(
             400, "the request needs a 'model' (a non-empty string)", error_type="invalid_request_error", param="model"
         )
-    if kind != "responses" and kind == "chat" and not isinstance(body.get("messages"), list):
+    if kind == "chat" and not isinstance(body.get("messages"), list):
         return error_response(400, "'messages' must be a list", error_type="invalid_request_error", param="messages")
     if kind == "completion" and body.get("prompt") is None:
         return error_response(400, "the request needs a 'prompt'", error_type="invalid_request_error", param="prompt")
