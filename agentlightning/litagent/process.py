@@ -168,11 +168,13 @@ class ProcessAgent(LitAgent[Any]):
         self.gateway_secret = gateway_secret
         self.gateway_config = gateway_config
         self._own_gateways: dict[int, Gateway] = {}
+        self._running_groups: set[int] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         # Gateways started here serve only this process; a copy in another process starts its own.
         state["_own_gateways"] = {}
+        state["_running_groups"] = set()
         gateway = state.get("gateway")
         if gateway is not None and not isinstance(gateway, str):
             state["gateway"], state["gateway_secret"] = gateway.endpoint, gateway.secret
@@ -221,7 +223,9 @@ class ProcessAgent(LitAgent[Any]):
             return gateway
 
     async def close(self) -> None:
-        """Stop the gateways this agent started (running agent processes are killed at interpreter exit)."""
+        """Kill the process groups of rollouts still running and stop the gateways this agent started."""
+        for pgid in list(self._running_groups):
+            _kill_group(pgid, signal.SIGKILL)
         gateways, self._own_gateways = list(self._own_gateways.values()), {}
         for gateway in gateways:
             await gateway.stop()
@@ -286,6 +290,7 @@ class ProcessAgent(LitAgent[Any]):
             start_new_session=True,  # its own session, hence its own process group (pgid == pid)
         )
         _live_groups.add(process.pid)
+        self._running_groups.add(process.pid)
         tail: collections.deque[str] = collections.deque()
         reader = asyncio.ensure_future(self._read_stderr(process, tail))
         reason, exit_code = "exit", None
@@ -302,6 +307,7 @@ class ProcessAgent(LitAgent[Any]):
         finally:
             _kill_group(process.pid, signal.SIGKILL)  # whatever the leader left behind in its group
             _live_groups.discard(process.pid)
+            self._running_groups.discard(process.pid)
             try:
                 await asyncio.wait_for(reader, 5.0)
             except (asyncio.TimeoutError, asyncio.CancelledError):

@@ -274,3 +274,21 @@ def test_process_agent_is_exported_at_the_top_level() -> None:
     import agentlightning as agl
 
     assert agl.ProcessAgent is ProcessAgent
+
+
+async def test_close_kills_running_process_groups(tmp_path: Path, store: SqliteLightningStore) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    gateway = Gateway(store)
+    agent = ProcessAgent(spawner_command(pid_file), gateway=gateway, echo_stderr=False)
+    attempted = await store.start_rollout(input={})
+    task = asyncio.ensure_future(agent.rollout_async({}, {}, attempted))
+    try:
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await agent.close()
+        with pytest.raises(ProcessAgentError, match="status -9"):
+            await task
+        assert await _wait_dead(int(pid_file.read_text()))
+    finally:
+        await gateway.stop()
