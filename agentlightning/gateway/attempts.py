@@ -74,7 +74,8 @@ class AttemptDirectory:
             raise ValueError(f"bad gateway upstream: {exc}") from None
         self._replica_bases = list(config.upstreams)
         self._checked: dict[tuple[str, str], tuple[float, Rollout]] = {}
-        self._resource_upstreams: dict[tuple[str, Optional[str]], Upstream] = {}
+        # Resources can be updated in place (same id, new version), so resolved upstreams expire too.
+        self._resource_upstreams: dict[tuple[str, Optional[str]], tuple[float, Upstream]] = {}
 
     async def check(self, rollout_id: str, attempt_id: str, *, fresh: bool = False) -> Rollout:
         """The rollout, if `attempt_id` is its latest attempt and still running; else a `GatewayError`.
@@ -121,9 +122,10 @@ class AttemptDirectory:
             index = pin_replica(rollout.rollout_id, len(self._replicas))
             return Upstream(self._replicas[index], self._replica_bases[index], None)
         cache_key = (rollout.resources_id or "", self.config.llm_resource)
+        now = time.monotonic()
         found = self._resource_upstreams.get(cache_key) if rollout.resources_id else None
-        if found is not None:
-            return found
+        if found is not None and found[0] > now:
+            return found[1]
         update = (
             await self.store.get_resources_by_id(rollout.resources_id)
             if rollout.resources_id
@@ -138,7 +140,9 @@ class AttemptDirectory:
             raise GatewayError(502, f"the LLM resource of rollout {rollout.rollout_id!r} is unusable: {exc}") from None
         upstream = Upstream(router, endpoint, llm.model)
         if rollout.resources_id:
-            self._resource_upstreams[cache_key] = upstream
+            if len(self._resource_upstreams) > 1_000:
+                self._resource_upstreams = {k: v for k, v in self._resource_upstreams.items() if v[0] > now}
+            self._resource_upstreams[cache_key] = (now + self.config.attempt_cache_seconds, upstream)
         return upstream
 
     def _pick_llm(self, rollout: Rollout, resources: Mapping[str, object]) -> LLM:

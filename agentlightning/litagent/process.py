@@ -128,6 +128,8 @@ class ProcessAgent(LitAgent[Any]):
         echo_stderr: bool = True,
     ) -> None:
         super().__init__()
+        if os.name != "posix":
+            raise RuntimeError("ProcessAgent needs a POSIX system: it runs each agent in its own process group")
         if (command is None) == (agent_class is None):
             raise ValueError(
                 "ProcessAgent needs exactly one of command=... (any program) or agent_class='pkg.mod:Class'"

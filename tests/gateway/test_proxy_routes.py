@@ -220,3 +220,19 @@ async def test_upstream_from_the_rollouts_llm_resource(
 async def test_models_route_lists_the_upstreams_models(gateway: Gateway, attempt: AttemptedRollout) -> None:
     models = await client_for(gateway, attempt, "train").models.list()
     assert [m.id for m in models.data] == ["test-model"]
+
+
+async def test_resources_updated_in_place_move_the_upstream(
+    make_gateway: Callable[..., Any], store: SqliteLightningStore
+) -> None:
+    from agentlightning.types import LLM
+
+    gateway = await make_gateway(attempt_cache_seconds=0)
+    with OpenAITestServer() as first, OpenAITestServer() as second:
+        await store.update_resources("default", {"llm": LLM(endpoint=first.base_url, model="m")})
+        attempt = await store.start_rollout(input={}, mode="train", resources_id="default")
+        client = client_for(gateway, attempt, "train")
+        await client.chat.completions.create(model="m", messages=MESSAGES)
+        await store.update_resources("default", {"llm": LLM(endpoint=second.base_url, model="m")})
+        await client.chat.completions.create(model="m", messages=MESSAGES)
+        assert (len(first.requests), len(second.requests)) == (1, 1)
