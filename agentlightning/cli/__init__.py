@@ -19,6 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prometheus": ("agentlightning.cli.prometheus", "Serve Prometheus metrics gathered from many processes."),
     "vllm": ("agentlightning.cli.vllm", "Run vLLM's CLI (e.g. `serve`) checked to return token ids per request."),
     "serve": ("agentlightning.cli.serve", "Serve a Hugging Face causal LM as an OpenAI-compatible policy server."),
+    "gateway": (
+        "agentlightning.cli.gateway",
+        "Serve rollout-scoped model URLs and the events API for harnessed agents.",
+    ),
 }
 
 

@@ -22,6 +22,7 @@ from ._tracer import log_emitted, resolve_tracer
 
 __all__ = [
     "emit_reward",
+    "reward_attributes",
     "get_reward_value",
     "get_rewards_from_span",
     "is_reward_span",
@@ -60,6 +61,15 @@ def _reward_dimensions(
     return [(PRIMARY_REWARD_NAME, _as_reward_value(reward, "reward"))]
 
 
+def reward_attributes(reward: Union[float, Mapping[str, float]], *, primary_key: Optional[str] = None) -> Attributes:
+    """The attributes of the span `emit_reward(reward, primary_key=...)` records (for writers without a tracer)."""
+    attributes: Attributes = {}
+    for i, (name, value) in enumerate(_reward_dimensions(reward, primary_key)):
+        attributes[f"{_PREFIX}.{i}.{_NAME}"] = name
+        attributes[f"{_PREFIX}.{i}.{_VALUE}"] = value
+    return attributes
+
+
 def emit_reward(
     reward: Union[float, Mapping[str, float]],
     *,
@@ -72,10 +82,7 @@ def emit_reward(
     A number becomes one dimension named "primary"; a dict needs `primary_key`, which becomes dimension 0.
     Attributes are `agentlightning.reward.<i>.name` / `.value`.
     """
-    span_attributes: Attributes = {}
-    for i, (name, value) in enumerate(_reward_dimensions(reward, primary_key)):
-        span_attributes[f"{_PREFIX}.{i}.{_NAME}"] = name
-        span_attributes[f"{_PREFIX}.{i}.{_VALUE}"] = value
+    span_attributes = reward_attributes(reward, primary_key=primary_key)
     if attributes:
         span_attributes = {**attributes, **span_attributes}
     tracer = resolve_tracer(propagate, "emit_reward")

@@ -71,6 +71,7 @@ async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deploy
     """The backend's response (body not read yet), retrying transport errors and retryable statuses."""
     client = runtime.http_client()
     attempts = runtime.num_retries + 1
+    retry_status_codes = runtime.retry_status_codes or RETRYABLE_STATUS_CODES
     last_error: Optional[BaseException] = None
     for attempt in range(attempts):
         deployment = deployments[attempt % len(deployments)]
@@ -90,7 +91,7 @@ async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deploy
                 attempts,
             )
             continue
-        if response.status in RETRYABLE_STATUS_CODES and attempt + 1 < attempts:
+        if response.status in retry_status_codes and attempt + 1 < attempts:
             response.close()
             logger.info(
                 "backend %s for %r answered HTTP %d (attempt %d/%d)",

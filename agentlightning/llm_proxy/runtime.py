@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
@@ -54,6 +54,7 @@ class ProxyRuntime:
         num_retries: int = 0,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
         max_connections: int = 1024,
+        retry_status_codes: Optional[Collection[int]] = None,
     ) -> None:
         if num_retries < 0:
             raise ValueError(f"num_retries must be >= 0, got {num_retries}")
@@ -64,6 +65,8 @@ class ProxyRuntime:
         self.num_retries = num_retries
         self.request_timeout = request_timeout
         self.max_connections = max_connections
+        # Backend statuses worth another attempt (None: the proxy's default, `forward.RETRYABLE_STATUS_CODES`).
+        self.retry_status_codes = frozenset(retry_status_codes) if retry_status_codes is not None else None
         self.client: Optional[aiohttp.ClientSession] = None
         self.exporter: Optional[LightningSpanExporter] = None
         self._background: set[asyncio.Future[Any]] = set()
