@@ -6,17 +6,19 @@ a drain task writes whole batches with one `add_many_spans` call each (spans go 
 so the store allocates them in the same call: one round trip per batch over HTTP). The drain runs either
 on the event loop that opened the context (stores that are not thread-safe) or on a private event-loop
 thread (thread-safe stores), so spans keep flowing even while synchronous agent code blocks the caller's
-loop. Closing a session flushes everything that is pending at once.
+loop. Closing a session writes everything still pending at once, from the caller's loop; batches never
+overlap, so they reach the store (and get their sequence ids) in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from opentelemetry import context as otel_context
@@ -121,11 +123,13 @@ class TraceSession:
         self._write_timeout = write_timeout
         self._lock = threading.Lock()
         self._pending: list[ReadableSpan] = []
-        self._scheduled = False
+        self._scheduled = False  # a timer or drain will pick pending spans up
+        self._writing = False  # a batch is being written (by the drain or by close); batches go one at a time
         self._closed = False
         self._spans: list[Span] = []
         self._local_sequence = 0
         self._drain_task: Optional[asyncio.Future[None]] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
         self._warned = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread_id: Optional[int] = None
@@ -148,36 +152,65 @@ class TraceSession:
         loop = self._loop
         try:
             if threading.get_ident() == self._loop_thread_id:
-                loop.call_later(SPAN_BATCH_DELAY_SECONDS, self._start_drain)
+                self._arm_timer()
             else:
-                loop.call_soon_threadsafe(loop.call_later, SPAN_BATCH_DELAY_SECONDS, self._start_drain)
+                loop.call_soon_threadsafe(self._arm_timer)
         except RuntimeError:
             # The loop is closed; `close()` (or get_spans) still finds the span in the pending list.
             logger.debug("delivery loop closed; span %s stays pending", span.name)
 
     # ---- delivery (on the session's delivery loop) ----
 
+    def _arm_timer(self) -> None:
+        if self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(SPAN_BATCH_DELAY_SECONDS, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._start_drain()
+
     def _start_drain(self) -> None:
-        if self._drain_task is None or self._drain_task.done():
-            token = _current_session.set(_SUPPRESSED)
-            try:
-                self._drain_task = asyncio.ensure_future(self._drain())
-            finally:
-                _current_session.reset(token)
+        if self._drain_task is not None and not self._drain_task.done():
+            return  # the running drain takes new spans too
+        with self._lock:
+            if self._writing or not self._pending:
+                self._scheduled = False  # nothing to do, or `close()` is writing and takes the rest
+                return
+        token = _current_session.set(_SUPPRESSED)
+        try:
+            self._drain_task = asyncio.ensure_future(self._drain())
+        finally:
+            _current_session.reset(token)
 
     async def _drain(self) -> None:
-        ctx_token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-        try:
+        with _suppressed():
             while True:
-                with self._lock:
-                    batch = self._pending
-                    self._pending = []
-                    if not batch:
-                        self._scheduled = False
-                        return
-                await self._write(batch)
+                batch = self._take_batch(unschedule=True)
+                if batch is None:
+                    return
+                await self._write_taken(batch)
+
+    def _take_batch(self, *, unschedule: bool = False) -> Optional[list[ReadableSpan]]:
+        """Everything pending, when no other batch is being written (the taker must `_write_taken` it).
+
+        With `unschedule` (the drain), finding nothing to take also clears `_scheduled` under the same
+        lock, so a span submitted meanwhile arms a new timer instead of being stranded.
+        """
+        with self._lock:
+            if self._writing or not self._pending:
+                if unschedule:
+                    self._scheduled = False
+                return None
+            batch, self._pending = self._pending, []
+            self._writing = True
+            return batch
+
+    async def _write_taken(self, batch: list[ReadableSpan]) -> None:
+        try:
+            await self._write(batch)
         finally:
-            otel_context.detach(ctx_token)
+            with self._lock:
+                self._writing = False
 
     async def _write(self, batch: list[ReadableSpan]) -> None:
         store = self.store
@@ -212,32 +245,44 @@ class TraceSession:
         self._local_sequence += 1
         return Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, self._local_sequence)
 
-    async def _flush_on_loop(self) -> None:
-        while True:
-            task = self._drain_task
-            if task is not None and not task.done():
-                await task
-                continue
-            with self._lock:
-                if not self._pending:
-                    return
-                self._scheduled = True
-            self._start_drain()
+    async def _drain_finished(self) -> None:
+        task = self._drain_task
+        if task is not None and not task.done():
+            await task
 
     # ---- flush and read back (caller side) ----
 
     async def close(self) -> None:
-        """Flush every pending span to the store (or, without a store, convert them locally)."""
+        """Flush every pending span to the store (or, without a store, convert them locally).
+
+        The last batch is written from the caller's loop (the store is safe to call from there), which
+        saves two hops to the delivery thread per trace; only a batch the drain is still writing is
+        waited for on the delivery loop, so batches reach the store in order.
+        """
         self._closed = True
         if self._loop is None:
             with self._lock:
                 batch, self._pending = self._pending, []
             self._spans.extend(self._convert_locally(item) for item in batch)
             return
-        if self._loop_thread_id is not None:
-            await self._flush_on_loop()
-        else:
-            await _await_on_loop(self._flush_on_loop(), self._loop)
+        if self._loop_thread_id is not None and self._timer is not None:
+            self._timer.cancel()  # on the caller's own loop: this flush writes what the timer would have
+            self._timer = None
+            with self._lock:
+                self._scheduled = False  # a span ending after the close arms a new timer
+        while True:
+            taken = self._take_batch()
+            if taken is not None:
+                with _suppressed():
+                    await self._write_taken(taken)
+                continue
+            with self._lock:
+                if not self._writing:
+                    return  # nothing pending, nothing in flight
+            if self._loop_thread_id is not None:
+                await self._drain_finished()
+            else:
+                await _await_on_loop(self._drain_finished(), self._loop)
 
     def get_spans(self) -> list[Span]:
         """Spans delivered so far plus, while the session is open, pending ones converted locally.
@@ -253,6 +298,18 @@ class TraceSession:
         for offset, item in enumerate(pending, start=1):
             spans.append(Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, sequence + offset))
         return spans
+
+
+@contextlib.contextmanager
+def _suppressed() -> Iterator[None]:
+    """Our own store calls (e.g. through an instrumented HTTP client) must not become spans of any trace."""
+    session_token = _current_session.set(_SUPPRESSED)
+    ctx_token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+    try:
+        yield
+    finally:
+        otel_context.detach(ctx_token)
+        _current_session.reset(session_token)
 
 
 async def _await_on_loop(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
