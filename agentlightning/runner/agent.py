@@ -15,7 +15,6 @@ from agentlightning.emitter import emit_exception, emit_reward, find_final_rewar
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     AttemptedRollout,
-    Hook,
     NamedResources,
     Rollout,
     RolloutMode,
@@ -26,6 +25,7 @@ from agentlightning.types import (
 
 from .base import Runner, StopEvent
 from .heartbeat import HEARTBEAT_LAUNCH_MODES, WorkerHeartbeat
+from .hook import Hook
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent

@@ -8,11 +8,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar
 
-from agentlightning.types import Hook, NamedResources, ParallelWorkerBase, Rollout, RolloutMode
+from agentlightning.types import NamedResources, ParallelWorkerBase, Rollout, RolloutMode
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent
     from agentlightning.store.base import LightningStore
+
+    from .hook import Hook
 
 __all__ = ["Runner", "StopEvent"]
 

@@ -18,8 +18,9 @@ from agentlightning.execution.base import ExecutionStrategy
 from agentlightning.execution.client_server import ClientServerExecutionStrategy
 from agentlightning.execution.events import ExecutionEvent
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
+from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
-from agentlightning.types import Dataset, Hook, NamedResources
+from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
 from .legacy import TrainerLegacy
