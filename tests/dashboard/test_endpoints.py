@@ -153,7 +153,7 @@ async def test_pages_cover_every_match_once_in_order(http: httpx.AsyncClient, se
         ({"mode_in": "eval"}, "eval"),
         ({"sort_by": "final_reward"}, "final_reward"),
         ({"sort_order": "up"}, "up"),
-        ({"limit": 0}, "limit"),
+        ({"limit": -2}, "limit"),
         ({"offset": -1}, "offset"),
     ],
 )
