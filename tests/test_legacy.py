@@ -370,3 +370,18 @@ def test_fit_v0_in_dev_mode_uses_the_dev_backend(tracer: OtelTracer) -> None:
     trainer = agl.Trainer(dev=True, max_rollouts=1, tracer=tracer, strategy="shm")
     trainer.fit_v0(half_of_x, "http://127.0.0.1:1", dev_backend=loader)
     assert [r.final_reward for r in loader.rollouts] == [3.0]
+
+
+def test_trainer_fit_with_a_dev_task_loader_runs_the_v01_flow(tracer: OtelTracer) -> None:
+    loader = DevTaskLoader([{"x": 6}, {"x": 8}], RESOURCES, poll_interval=0.01)
+    trainer = agl.Trainer(max_rollouts=2, tracer=tracer, strategy="shm")
+    trainer.fit(half_of_x, loader)  # type: ignore[arg-type]
+    assert [r.final_reward for r in loader.rollouts] == [3.0, 4.0]
+
+
+def test_trainer_fit_with_an_endless_dev_task_loader_raises_instead_of_hanging(tracer: OtelTracer) -> None:
+    loader = DevTaskLoader([{"x": 6}], RESOURCES, poll_interval=0.01)
+    trainer = agl.Trainer(tracer=tracer, strategy="shm")
+    with pytest.raises(TypeError, match="run for ever.*fit_v0"):
+        trainer.fit(half_of_x, loader)  # type: ignore[arg-type]
+    assert loader.rollouts == []

@@ -89,11 +89,22 @@ _RESPONSE_ID_KEYS = (
 )
 
 
+# LiteLLM's raw provider span: `llm.<provider>.id` (e.g. `llm.hosted_vllm.id`, `llm.openai.id`).
+_PROVIDER_RESPONSE_ID_KEY = re.compile(r"^llm\.[A-Za-z0-9_\-]+\.id$")
+
+
 def response_id_of(span: Span) -> Optional[str]:
-    """The provider's response id (`chatcmpl-...`) the span reports, used to recognise one call seen twice."""
+    """The provider's response id (`chatcmpl-...`) the span reports, used to recognise one call seen twice.
+
+    Read from `gen_ai.response.id`, an operation's output id, `llm.response.id`, or LiteLLM's raw provider
+    attributes `llm.<provider>.id` (vLLM: `llm.hosted_vllm.id`).
+    """
     for key in _RESPONSE_ID_KEYS:
         value = span.attributes.get(key)
         if isinstance(value, str) and value:
+            return value
+    for key, value in span.attributes.items():
+        if _PROVIDER_RESPONSE_ID_KEY.match(key) and isinstance(value, str) and value:
             return value
     return None
 

@@ -182,8 +182,14 @@ def _prompt_message(entry: Mapping[str, Any]) -> dict[str, Any]:
     return message
 
 
-def span_to_conversation(span: Span, children: Sequence[Span]) -> Optional[OpenAIMessages]:
-    """The conversation one LLM-call span records (prompt then completion), or None if it holds no messages."""
+def span_to_conversation(
+    span: Span, children: Sequence[Span], *, derive_tools: bool = False
+) -> Optional[OpenAIMessages]:
+    """The conversation one LLM-call span records (prompt then completion), or None if it holds no messages.
+
+    `tools` are those the request declared (None when it declared none); with `derive_tools` the tools the
+    assistant called without their being declared are added, described from the calls.
+    """
     messages = [_prompt_message(entry) for entry in _indexed_list(span, "gen_ai.prompt")]
     child_calls, descriptions = _tool_spans_calls(children)
     used_calls: list[dict[str, Any]] = []
@@ -202,6 +208,8 @@ def span_to_conversation(span: Span, children: Sequence[Span]) -> Optional[OpenA
     for message in messages:
         used_calls.extend(message.get("tool_calls", []) if message["role"] == "assistant" else [])
     tools = _declared_tools(span)
+    if not derive_tools:
+        return {"messages": messages, "tools": tools or None}
     declared_names = {tool["function"]["name"] for tool in tools}
     for call in used_calls:
         name = call["function"]["name"]
@@ -218,7 +226,15 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
     with `tool.*` attributes). When one call is recorded by nested spans (e.g. a LangChain span around the
     OpenAI span) only the innermost is used; spans repeating a response id are used once.
     Raises ValueError when those attributes do not have the expected list-of-messages shape.
+
+    `tools` lists the tools the request declared, and is None when it declared none (as in v0.3). With
+    `derive_tools=True`, tools the assistant called without declaring them are added too, their parameter
+    schema inferred from the call arguments (useful for fine-tuning files, which want every called tool).
     """
+
+    def __init__(self, *, derive_tools: bool = False) -> None:
+        super().__init__()
+        self.derive_tools = derive_tools
 
     def __call__(self, source: Iterable[Union[Span, ReadableSpan]], /) -> list[OpenAIMessages]:  # type: ignore[override]
         return self.adapt(source)
@@ -241,7 +257,7 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
                 if response_id in seen_response_ids:
                     continue
                 seen_response_ids.add(response_id)
-            conversation = span_to_conversation(span, children.get(span.span_id, []))
+            conversation = span_to_conversation(span, children.get(span.span_id, []), derive_tools=self.derive_tools)
             if conversation is not None:
                 conversations.append(conversation)
         return conversations

@@ -145,6 +145,10 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
     `openai.chat.completion` spans (or anything carrying LLM request/response attributes). Spans of one
     request (same sequence id, parent/child, or same response id) form one call. Each reward goes to the
     latest call without a reward whose sequence id is smaller than the reward's.
+
+    A call seen only as LiteLLM's `litellm_request` summary span, without token ids, is dropped and
+    reported (`no_token_ids`) rather than emitted as a triplet with nothing to train on; its token ids
+    come with the `raw_gen_ai_request` child (or with `return_token_ids` on the backend).
     """
 
     def __init__(self, llm_call_match: str = DEFAULT_LLM_CALL_MATCH, _skip_empty_token_spans: bool = False) -> None:
@@ -161,6 +165,7 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
         ]
         report.n_llm_spans += len(candidates)
         calls = self._group_calls(candidates, report)
+        calls = _drop_bare_litellm_requests(calls, report)
         if self._skip_empty_token_spans:
             calls = drop_calls_without_token_ids(calls, report)
         candidate_ids = {span.span_id for span in candidates}
@@ -278,3 +283,28 @@ def _unique_spans(spans: list[Span], report: Optional[AdaptationReport]) -> list
         seen.add(span.span_id)
         unique.append(span)
     return unique
+
+
+LITELLM_SUMMARY_SPAN = "litellm_request"
+
+
+def _drop_bare_litellm_requests(calls: list[LlmCall], report: AdaptationReport) -> list[LlmCall]:
+    """Drop calls made only of `litellm_request` spans that carry no token ids (reported, never silent)."""
+    kept: list[LlmCall] = []
+    for call in calls:
+        if call.has_token_ids() or any(member.name != LITELLM_SUMMARY_SPAN for member in call.members):
+            kept.append(call)
+            continue
+        anchor_id = call.span.span_id
+        report.dropped = [entry for entry in report.dropped if entry.merged_into != anchor_id]
+        for member in call.members:
+            report.dropped.append(
+                DroppedLlmCall(
+                    span_id=member.span_id,
+                    name=member.name,
+                    sequence_id=member.sequence_id,
+                    reason="no_token_ids",
+                    detail="litellm_request span without token ids and without its raw_gen_ai_request child",
+                )
+            )
+    return kept

@@ -74,7 +74,17 @@ class FunctionalAlgorithm(Algorithm):
         train_dataset: Optional[Dataset[Any]] = None,
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> Union[None, Awaitable[None]]:
-        """Call the function with the trainer components it declares (a coroutine when it is async)."""
+        """Call the function with the trainer components it declares (a coroutine when it is async).
+
+        Raises TypeError when a non-empty dataset is given but the function has no parameter to receive
+        it: the data would otherwise be dropped without a word (None or an empty dataset loses nothing).
+        """
+        for name, dataset in (("train_dataset", train_dataset), ("val_dataset", val_dataset)):
+            if dataset is not None and len(dataset) > 0 and not self._wants(name):
+                raise TypeError(
+                    f"@algo function {getattr(self._algorithm_func, '__name__', self._algorithm_func)!r} was given "
+                    f"{name} but has no {name!r} parameter; add `{name}` to its signature or do not pass it"
+                )
         return self._algorithm_func(**self._injected_kwargs(train_dataset, val_dataset))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

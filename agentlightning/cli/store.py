@@ -15,6 +15,21 @@ __all__ = ["build_parser", "build_store", "main"]
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("memory", "sqlite", "postgres")
+MONGO_NAMES = ("mongo", "mongodb")
+MONGO_MESSAGE = (
+    "agl store: there is no MongoDB backend here (v0.3's `--backend mongo`). PostgreSQL is the multi-host "
+    "backend: `agl store --backend postgres --dsn postgresql://USER@HOST:5432/DB` (needs "
+    "`pip install agentlightning[postgres]`); `--backend sqlite` keeps data in a file on one host."
+)
+
+
+def _backend_name(value: str) -> str:
+    name = value.strip().lower()
+    if name in BACKENDS or name in MONGO_NAMES:
+        return name
+    raise argparse.ArgumentTypeError(f"unknown backend {value!r}; choose from {', '.join(BACKENDS)}")
+
+
 TRACKERS = ("prometheus", "console")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_SQLITE_PATH = "agentlightning-store.db"
@@ -58,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--backend",
-        choices=BACKENDS,
+        type=_backend_name,
+        metavar="{" + ",".join(BACKENDS) + "}",
         default="memory",
         help="where data lives: memory (lost on exit), sqlite (a file), postgres (a database); default memory",
     )
@@ -169,6 +185,9 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.backend in MONGO_NAMES:
+        print(MONGO_MESSAGE, file=sys.stderr)
+        return 2
     if args.n_workers < 1:
         print(f"agl store: --n-workers must be >= 1, got {args.n_workers}", file=sys.stderr)
         return 2

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, Union, cast, overload
 
 from agentlightning.semconv import AGL_ANNOTATION, AGL_OPERATION, LightningSpanAttributes
-from agentlightning.types import Attributes, SpanCoreFields, SpanRecordingContext
-from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
+from agentlightning.types import Attributes, AttributeValue, SpanCoreFields, SpanRecordingContext
+from agentlightning.utils.otel import flatten_attributes, sanitize_attribute_value, sanitize_attributes
 
 from ._tracer import log_emitted, resolve_tracer
 
@@ -32,15 +33,37 @@ def _check_keys(annotation: Mapping[str, Any]) -> None:
             raise ValueError(f"annotation key {key!r} has an empty dotted segment")
 
 
+def _annotation_value(key: str, value: Any) -> AttributeValue:
+    """A flattened annotation value as an attribute; ValueError naming `key` when it cannot be recorded."""
+    if value is None:
+        raise ValueError(f"annotation {key!r} is None; omit the key instead")
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value, key=repr)  # type: ignore[arg-type]
+    try:
+        return sanitize_attribute_value(value, force=False, key=key)
+    except ValueError:
+        pass
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"annotation {key!r}: a {type(value).__name__} cannot be recorded; use str, bool, int, float, "
+            "lists and dicts of them"
+        ) from exc
+
+
 def emit_annotation(annotation: Mapping[str, Any], propagate: bool = True) -> SpanCoreFields:
     """Record a (possibly nested) dict as an `agentlightning.annotation` span with flattened attributes.
 
-    Nested dicts become dotted keys; lists of plain values stay one attribute; other values are JSON text.
+    Nested dicts become dotted keys; lists of plain values of one type stay one attribute (a set becomes
+    such a list); other JSON-serialisable values are JSON text. Everything is validated before the tracer
+    is looked up: a None value or an object that cannot be serialised raises ValueError naming its key.
     """
     if not isinstance(annotation, Mapping):  # type: ignore[redundant-expr]
         raise TypeError(f"emit_annotation expects a dict, got {type(annotation).__name__}")
     _check_keys(annotation)
-    attributes = sanitize_attributes(flatten_attributes(annotation, expand_leaf_lists=False))
+    flat = flatten_attributes(annotation)
+    attributes: Attributes = {key: _annotation_value(key, value) for key, value in flat.items()}
     tracer = resolve_tracer(propagate, "emit_annotation")
     return log_emitted(tracer.create_span(AGL_ANNOTATION, attributes=attributes))
 

@@ -1,22 +1,27 @@
-"""Rewards as spans: emit them, and read them back from spans (including legacy formats)."""
+"""Rewards as spans: emit them; the readers (legacy formats included) live in `agentlightning.utils.rewards`."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-import json
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from agentlightning.semconv import (
     AGL_ANNOTATION,
-    AGL_REWARD,
     LightningSpanAttributes,
     RewardAttributes,
-    RewardPydanticModel,
 )
-from agentlightning.types import Attributes, SpanCoreFields, SpanLike
+from agentlightning.types import Attributes, SpanCoreFields
+from agentlightning.utils.rewards import (
+    PRIMARY_REWARD_NAME,
+    find_final_reward,
+    find_reward_spans,
+    get_reward_value,
+    get_rewards_from_span,
+    is_reward_span,
+)
 
 from ._tracer import log_emitted, resolve_tracer
 
@@ -31,7 +36,6 @@ __all__ = [
     "reward",
 ]
 
-PRIMARY_REWARD_NAME = "primary"
 _PREFIX = LightningSpanAttributes.REWARD.value
 _NAME = RewardAttributes.REWARD_NAME.value
 _VALUE = RewardAttributes.REWARD_VALUE.value
@@ -87,83 +91,6 @@ def emit_reward(
         span_attributes = {**attributes, **span_attributes}
     tracer = resolve_tracer(propagate, "emit_reward")
     return log_emitted(tracer.create_span(AGL_ANNOTATION, attributes=span_attributes))
-
-
-# ---- reading rewards back ----
-
-
-def _attributes(span: SpanLike) -> Mapping[str, Any]:
-    return span.attributes or {}
-
-
-def _agl_rewards(attributes: Mapping[str, Any]) -> list[RewardPydanticModel]:
-    by_index: dict[int, dict[str, Any]] = {}
-    dotted = _PREFIX + "."
-    for key, value in attributes.items():
-        if not key.startswith(dotted):
-            continue
-        index, _, field = key[len(dotted) :].partition(".")
-        if index.isdigit() and field in (_NAME, _VALUE):
-            by_index.setdefault(int(index), {})[field] = value
-    rewards: list[RewardPydanticModel] = []
-    for index in sorted(by_index):
-        entry = by_index[index]
-        if _VALUE in entry and isinstance(entry[_VALUE], (int, float)):
-            rewards.append(RewardPydanticModel(name=str(entry.get(_NAME, index)), value=float(entry[_VALUE])))
-    return rewards
-
-
-def _legacy_reward(span: SpanLike) -> Optional[float]:
-    attributes = _attributes(span)
-    for key in ("agentops.task.output", "agentops.entity.output"):
-        payload = attributes.get(key)
-        if isinstance(payload, str):
-            try:
-                decoded = json.loads(payload)
-            except ValueError:
-                continue
-            if isinstance(decoded, dict):
-                decoded = cast(dict[str, Any], decoded)
-                if decoded.get("type") == "reward" and isinstance(decoded.get("value"), (int, float)):
-                    return float(decoded["value"])
-    if span.name in (AGL_REWARD, AGL_ANNOTATION):
-        value = attributes.get("reward")
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
-
-
-def get_rewards_from_span(span: SpanLike) -> list[RewardPydanticModel]:
-    """Every reward dimension on the span, primary first (legacy formats give one "primary" dimension)."""
-    rewards = _agl_rewards(_attributes(span))
-    if rewards:
-        return rewards
-    legacy = _legacy_reward(span)
-    return [RewardPydanticModel(name=PRIMARY_REWARD_NAME, value=legacy)] if legacy is not None else []
-
-
-def get_reward_value(span: SpanLike) -> Optional[float]:
-    """The primary reward of a span, or None when it carries no reward."""
-    rewards = get_rewards_from_span(span)
-    return rewards[0].value if rewards else None
-
-
-def is_reward_span(span: SpanLike) -> bool:
-    return get_reward_value(span) is not None
-
-
-def find_reward_spans(spans: Iterable[SpanLike]) -> list[SpanLike]:
-    return [span for span in spans if is_reward_span(span)]
-
-
-def find_final_reward(spans: Iterable[SpanLike]) -> Optional[float]:
-    """The primary reward of the last reward span in list order, or None when there is none."""
-    final: Optional[float] = None
-    for span in spans:
-        value = get_reward_value(span)
-        if value is not None:
-            final = value
-    return final
 
 
 # ---- deprecated decorator ----

@@ -32,6 +32,10 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
     seconds before it is cancelled. When the main-thread bundle ends: the algorithm on main stops the
     runners; a runner on main lets the algorithm run to completion.
 
+    Ctrl+C is logged and `execute` returns once the bundles stopped (as in v0.3): `Trainer.fit` in a
+    notebook or a test returns instead of raising `KeyboardInterrupt` into the caller. A second Ctrl+C
+    while the bundles stop does raise. (`ClientServerExecutionStrategy` re-raises, so scripts exit 130.)
+
     Args:
         n_runners: runner threads; must be 1 when the runner owns the main thread.
         main_thread: which bundle runs on the main thread ("runner", the default, or "algorithm").
@@ -153,7 +157,8 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
             self._wait_for(background, deadline=time.monotonic() + self.join_timeout)
 
         if interrupted:
-            raise KeyboardInterrupt
+            logger.warning("Interrupted by Ctrl+C: all bundles stopped; returning to the caller")
+            return
         failures = [e for e in errors if not isinstance(e, KeyboardInterrupt)]
         if failures:
             raise failures[0]

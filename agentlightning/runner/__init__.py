@@ -2,6 +2,7 @@
 
 from .agent import LitAgentRunner
 from .base import Runner
+from .hook import Hook
 from .legacy import LegacyAgentRunner
 
-__all__ = ["Runner", "LitAgentRunner", "LegacyAgentRunner"]
+__all__ = ["Runner", "LitAgentRunner", "LegacyAgentRunner", "Hook"]

@@ -16,7 +16,6 @@ from agentlightning.instrumentation.openai_clients import install_safe_client_fi
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     AttemptedRollout,
-    Hook,
     NamedResources,
     Rollout,
     RolloutMode,
@@ -27,6 +26,7 @@ from agentlightning.types import (
 
 from .base import Runner, StopEvent
 from .heartbeat import HEARTBEAT_LAUNCH_MODES, WorkerHeartbeat
+from .hook import Hook
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent
@@ -339,13 +339,12 @@ class LitAgentRunner(Runner[T_task]):
             return await self._store_reward(rollout, result, traced_reward)
         if isinstance(result, list):
             return await self._store_span_list(rollout, result)  # type: ignore[arg-type]
-        logger.warning(
-            "agent %s returned a %s, which is not a RolloutRawResult (None, float, or a list of spans); ignoring it. "
-            "Spans captured by the tracer are kept.",
-            type(self.get_agent()).__name__,
-            type(result).__name__,
+        # The attempt fails with this reason (and an exception span) rather than succeeding without a result.
+        raise TypeError(
+            f"agent {type(self.get_agent()).__name__} returned a {type(result).__name__}, which is not a "
+            "RolloutRawResult: return None (spans come from the tracer), a float reward, or a list of "
+            "ReadableSpan / Span / SpanCoreFields"
         )
-        return list(self._tracer.get_last_trace())
 
     async def _store_reward(
         self, rollout: AttemptedRollout, reward: float, traced: Optional[SpanCoreFields]
@@ -390,13 +389,10 @@ class LitAgentRunner(Runner[T_task]):
             stored = await store.add_many_spans(spans)
             return list(stored) if len(stored) == len(spans) else spans
         kinds = sorted({type(item).__name__ for item in items})
-        logger.warning(
-            "agent returned a list of %s for rollout %s; expected only ReadableSpan, only Span or only "
-            "SpanCoreFields. Ignoring it; spans captured by the tracer are kept.",
-            ", ".join(kinds),
-            rollout_id,
+        raise TypeError(
+            f"agent returned a list of {', '.join(kinds)} for rollout {rollout_id}; expected only ReadableSpan, "
+            "only Span or only SpanCoreFields"
         )
-        return list(self._tracer.get_last_trace())
 
     async def _attribute_spans(self, rollout: AttemptedRollout, spans: list[Span]) -> list[Span]:
         """Tie returned spans to the running attempt, allocating sequence ids where none were set."""

@@ -8,11 +8,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar
 
-from agentlightning.types import Hook, NamedResources, ParallelWorkerBase, Rollout, RolloutMode
+from agentlightning.types import NamedResources, ParallelWorkerBase, Rollout, RolloutMode
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent
     from agentlightning.store.base import LightningStore
+
+    from .hook import Hook
 
 __all__ = ["Runner", "StopEvent"]
 
@@ -79,7 +81,10 @@ class Runner(ParallelWorkerBase, ABC, Generic[T_task]):
         hooks: Optional[Sequence[Hook]] = None,
         worker_id: Optional[int] = None,
     ) -> Iterator[Runner[T_task]]:
-        """`init`/`init_worker` before the block and `teardown_worker`/`teardown` after it."""
+        """`init`/`init_worker` before the block and `teardown_worker`/`teardown` after it.
+
+        `worker_id` is set inside the block and reset to None when it exits.
+        """
         worker = 0 if worker_id is None else worker_id
         initialized = worker_initialized = False
         try:
@@ -99,3 +104,4 @@ class Runner(ParallelWorkerBase, ABC, Generic[T_task]):
                     self.teardown()
                 except Exception:
                     logger.exception("%s: teardown() failed", type(self).__name__)
+            self.worker_id = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Sequence
 from typing import Any, Literal, Optional, TypedDict, Union
 
@@ -90,11 +90,18 @@ class LightningStoreStatistics(TypedDict, total=False):
     memory_capacity_bytes: int
 
 
-class LightningStore(ABC):
+def _unimplemented(store: object, method: str) -> str:
+    return f"{type(store).__name__} does not implement LightningStore.{method}"
+
+
+class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own abstract steps)
     """Rollouts, attempts, spans, versioned resources and workers behind one async API.
 
     Every backend (memory, SQLite, PostgreSQL, HTTP client) implements this contract and passes the
     same conformance suite. Status rules are those of `agentlightning.store.utils`.
+
+    Every method raises `NotImplementedError` until a subclass overrides it (none is abstract), so a
+    partial store, e.g. a test double with only the calls it needs, can be instantiated.
     """
 
     @property
@@ -120,7 +127,6 @@ class LightningStore(ABC):
 
     # ---- rollouts and the queue ----
 
-    @abstractmethod
     async def start_rollout(
         self,
         input: TaskInput,
@@ -131,8 +137,8 @@ class LightningStore(ABC):
         worker_id: Optional[str] = None,
     ) -> AttemptedRollout:
         """Create a rollout in `preparing` with attempt #1, bypassing the queue."""
+        raise NotImplementedError(_unimplemented(self, "start_rollout"))
 
-    @abstractmethod
     async def enqueue_rollout(
         self,
         input: TaskInput,
@@ -142,6 +148,7 @@ class LightningStore(ABC):
         metadata: Optional[dict[str, Any]] = None,
     ) -> Rollout:
         """Append a new `queuing` rollout to the tail of the queue."""
+        raise NotImplementedError(_unimplemented(self, "enqueue_rollout"))
 
     async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         """Enqueue several rollouts, preserving order."""
@@ -152,9 +159,9 @@ class LightningStore(ABC):
             for r in rollouts
         ]
 
-    @abstractmethod
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
         """Claim the head of the queue (FIFO) and create its next attempt; None when empty."""
+        raise NotImplementedError(_unimplemented(self, "dequeue_rollout"))
 
     async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
         """Claim up to `limit` rollouts."""
@@ -166,11 +173,10 @@ class LightningStore(ABC):
             claimed.append(rollout)
         return claimed
 
-    @abstractmethod
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
         """Create a new attempt for an existing rollout (manual retry)."""
+        raise NotImplementedError(_unimplemented(self, "start_attempt"))
 
-    @abstractmethod
     async def query_rollouts(
         self,
         *,
@@ -186,11 +192,11 @@ class LightningStore(ABC):
         rollout_ids: Optional[Sequence[str]] = None,
     ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
         """Rollouts matching the filters; those with attempts come back as `AttemptedRollout`."""
+        raise NotImplementedError(_unimplemented(self, "query_rollouts"))
 
-    @abstractmethod
-    async def get_rollout_by_id(self, rollout_id: str) -> Optional[Union[Rollout, AttemptedRollout]]: ...
+    async def get_rollout_by_id(self, rollout_id: str) -> Optional[Union[Rollout, AttemptedRollout]]:
+        raise NotImplementedError(_unimplemented(self, "get_rollout_by_id"))
 
-    @abstractmethod
     async def update_rollout(
         self,
         rollout_id: str,
@@ -202,17 +208,17 @@ class LightningStore(ABC):
         metadata: Any = UNSET,
     ) -> Rollout:
         """Change the given fields; status changes follow the queue rules (requeue, end time)."""
+        raise NotImplementedError(_unimplemented(self, "update_rollout"))
 
-    @abstractmethod
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
         """Rollouts among `rollout_ids` that are terminal by the deadline, in input order.
 
         `timeout=0` is a non-blocking snapshot; `None` waits until all are terminal. Unknown ids are omitted.
         """
+        raise NotImplementedError(_unimplemented(self, "wait_for_rollouts"))
 
     # ---- attempts ----
 
-    @abstractmethod
     async def query_attempts(
         self,
         rollout_id: str,
@@ -221,12 +227,12 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
-    ) -> PaginatedResult[Attempt]: ...
+    ) -> PaginatedResult[Attempt]:
+        raise NotImplementedError(_unimplemented(self, "query_attempts"))
 
-    @abstractmethod
-    async def get_latest_attempt(self, rollout_id: str) -> Optional[Attempt]: ...
+    async def get_latest_attempt(self, rollout_id: str) -> Optional[Attempt]:
+        raise NotImplementedError(_unimplemented(self, "get_latest_attempt"))
 
-    @abstractmethod
     async def update_attempt(
         self,
         rollout_id: str,
@@ -237,15 +243,16 @@ class LightningStore(ABC):
         metadata: Any = UNSET,
     ) -> Attempt:
         """Change an attempt (`attempt_id` may be "latest"); the latest attempt's status drives the rollout."""
+        raise NotImplementedError(_unimplemented(self, "update_attempt"))
 
     # ---- spans ----
 
-    @abstractmethod
     async def add_span(self, span: Span) -> Optional[Span]:
         """Store a span of an existing rollout attempt; the span is also that attempt's heartbeat.
 
         A span with `sequence_id <= 0` gets the rollout's next sequence id (the stored span carries it).
         """
+        raise NotImplementedError(_unimplemented(self, "add_span"))
 
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
         """Store several spans at once; those with `sequence_id <= 0` get their rollout's next ids, in order.
@@ -279,14 +286,13 @@ class LightningStore(ABC):
             sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
         return await self.add_span(Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id))
 
-    @abstractmethod
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         """Next sequence id for a span of this rollout: 1, 2, 3, ... strictly increasing per rollout."""
+        raise NotImplementedError(_unimplemented(self, "get_next_span_sequence_id"))
 
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         return [await self.get_next_span_sequence_id(r, a) for r, a in rollout_attempt_ids]
 
-    @abstractmethod
     async def query_spans(
         self,
         rollout_id: str,
@@ -307,24 +313,24 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
     ) -> PaginatedResult[Span]:
         """Spans of a rollout; `attempt_id` may be None (all), "latest", or an id."""
+        raise NotImplementedError(_unimplemented(self, "query_spans"))
 
     # ---- resources ----
 
-    @abstractmethod
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
         """Store a new resources bundle under a fresh id (version 1); it becomes the latest."""
+        raise NotImplementedError(_unimplemented(self, "add_resources"))
 
-    @abstractmethod
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
         """Upsert resources under `resources_id` (version 1 when new, else version + 1); becomes the latest."""
+        raise NotImplementedError(_unimplemented(self, "update_resources"))
 
-    @abstractmethod
-    async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]: ...
+    async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]:
+        raise NotImplementedError(_unimplemented(self, "get_resources_by_id"))
 
-    @abstractmethod
-    async def get_latest_resources(self) -> Optional[ResourcesUpdate]: ...
+    async def get_latest_resources(self) -> Optional[ResourcesUpdate]:
+        raise NotImplementedError(_unimplemented(self, "get_latest_resources"))
 
-    @abstractmethod
     async def query_resources(
         self,
         *,
@@ -334,11 +340,11 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]: ...
+    ) -> PaginatedResult[ResourcesUpdate]:
+        raise NotImplementedError(_unimplemented(self, "query_resources"))
 
     # ---- workers ----
 
-    @abstractmethod
     async def query_workers(
         self,
         *,
@@ -349,11 +355,12 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
-    ) -> PaginatedResult[Worker]: ...
+    ) -> PaginatedResult[Worker]:
+        raise NotImplementedError(_unimplemented(self, "query_workers"))
 
-    @abstractmethod
-    async def get_worker_by_id(self, worker_id: str) -> Optional[Worker]: ...
+    async def get_worker_by_id(self, worker_id: str) -> Optional[Worker]:
+        raise NotImplementedError(_unimplemented(self, "get_worker_by_id"))
 
-    @abstractmethod
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
         """Record a worker heartbeat (upserting the worker). Not an attempt heartbeat."""
+        raise NotImplementedError(_unimplemented(self, "update_worker"))

@@ -68,6 +68,7 @@ _ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Union[AttemptedRollout, Rollout]]] = 
 _ATTEMPT: TypeAdapter[Attempt] = TypeAdapter(Attempt)
 _ATTEMPT_PAGE: TypeAdapter[PaginatedResult[Attempt]] = TypeAdapter(PaginatedResult[Attempt])
 _SPAN: TypeAdapter[Span] = TypeAdapter(Span)
+_OPTIONAL_SPAN: TypeAdapter[Optional[Span]] = TypeAdapter(Optional[Span])
 _SPANS: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
 _SPAN_PAGE: TypeAdapter[PaginatedResult[Span]] = TypeAdapter(PaginatedResult[Span])
 _RESOURCES: TypeAdapter[ResourcesUpdate] = TypeAdapter(ResourcesUpdate)
@@ -497,7 +498,7 @@ class LightningStoreClient(LightningStore):
         return await self._call(_ATTEMPT, "POST", path, payload)
 
     async def add_span(self, span: Span) -> Optional[Span]:
-        return await self._call(_SPAN, "POST", "/spans", span)
+        return await self._call(_OPTIONAL_SPAN, "POST", "/spans", span)  # null: a duplicate, not stored
 
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
         """Store several spans in one request (all or nothing, like the in-process stores)."""

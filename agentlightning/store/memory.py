@@ -18,6 +18,7 @@ from agentlightning.types import Span
 from .base import LightningStoreCapabilities, LightningStoreStatistics
 from .collection.base import LightningCollections
 from .collection.memory import InMemoryLightningCollections
+from .collection.steps import span_key
 from .collection.store import CollectionBasedLightningStore
 from .utils import Clock
 
@@ -103,7 +104,7 @@ def _resolve_threshold(name: str, value: Threshold, capacity: int) -> int:
     return value
 
 
-class InMemoryLightningStore(CollectionBasedLightningStore):
+class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningCollections]):
     """A store held in this process: fast, not durable, evicts old spans under memory pressure.
 
     Args:
@@ -169,11 +170,10 @@ class InMemoryLightningStore(CollectionBasedLightningStore):
             rollout_id = span.rollout_id
             if rollout_id in self._evicted_rollouts:
                 continue  # the rollout's earlier spans are gone; a partial trace would mislead readers
+            if spans_collection.get_nowait(span_key(span)) is not None:
+                continue  # a duplicate: the first write wins (see CollectionStoreSteps._store_spans)
             size = self._span_size(span)
-            previous = spans_collection.get_nowait((rollout_id, span.attempt_id, span.span_id))
-            if previous is not None:
-                size -= self._span_size(previous)
-            await spans_collection.upsert(span)
+            await spans_collection.insert(span)
             self._span_bytes_total += size
             self._span_bytes_by_rollout[rollout_id] = self._span_bytes_by_rollout.get(rollout_id, 0) + size
             stored.append(span)

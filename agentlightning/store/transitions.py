@@ -170,7 +170,7 @@ def worker_release_changes(attempt: Attempt, now: float, current_attempt_id: Opt
     status = worker_status_from_attempt(attempt.status)
     changes: dict[str, Any] = {"status": status}
     if status == "idle":
-        changes["last_idle_time"] = now
+        changes.update(last_idle_time=now, current_rollout_id=None, current_attempt_id=None)
     return changes
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from agentlightning.types import (
     ATTEMPT_STATUSES,
@@ -27,6 +27,9 @@ from agentlightning.types import (
 )
 from agentlightning.utils.id import generate_id
 
+if TYPE_CHECKING:
+    from .base import LightningStore
+
 __all__ = [
     "Clock",
     "LATENCY_BUCKETS",
@@ -35,6 +38,7 @@ __all__ = [
     "new_attempt_id",
     "new_resources_id",
     "rollout_status_from_attempt",
+    "scan_unhealthy_rollouts",
     "unhealthy_attempt_status",
     "worker_status_from_attempt",
     "is_terminal",
@@ -149,6 +153,32 @@ def unhealthy_attempt_status(attempt: Attempt, config: RolloutConfig, now: float
     return None
 
 
+async def scan_unhealthy_rollouts(store: LightningStore, now: Optional[float] = None) -> None:
+    """Run the watchdog once over `store`: mark stale latest attempts `timeout` / `unresponsive`.
+
+    Backends of this package run their own scan (in one transaction, on the store's clock when `now` is
+    None). Any other `LightningStore` is scanned through its public API: live rollouts, their latest
+    attempt, `unhealthy_attempt_status`, then `update_attempt`, so the usual retry/requeue rules apply.
+    """
+    backend_scan = getattr(store, "_scan_unhealthy", None)
+    if backend_scan is not None:
+        clock: Clock = getattr(store, "_clock", time.time)
+        await backend_scan(clock() if now is None else now)
+        return
+    now = time.time() if now is None else now
+    live = await store.query_rollouts(status_in=["preparing", "running"])
+    for rollout in live:
+        config = rollout.config
+        if config.timeout_seconds is None and config.unresponsive_seconds is None:
+            continue
+        attempt = await store.get_latest_attempt(rollout.rollout_id)
+        if attempt is None:
+            continue
+        verdict = unhealthy_attempt_status(attempt, config, now)
+        if verdict is not None:
+            await store.update_attempt(rollout.rollout_id, attempt.attempt_id, status=verdict)
+
+
 def worker_status_from_attempt(status: AttemptStatus) -> WorkerStatus:
     if status in ("succeeded", "failed"):
         return "idle"
@@ -180,8 +210,9 @@ def check_mode(mode: Any) -> None:
 
 
 def check_pagination(limit: int, offset: int) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or (limit != -1 and limit <= 0):
-        raise ValueError(f"limit must be -1 (no limit) or a positive integer, got {limit!r}")
+    # limit=0 is a valid (empty) page: callers use it to read only `total`.
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < -1:
+        raise ValueError(f"limit must be -1 (no limit) or a non-negative integer, got {limit!r}")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
 
@@ -210,10 +241,11 @@ def paginate(items: list[T], limit: int, offset: int) -> list[T]:
 
 
 def merge_status_filters(primary: Optional[Iterable[str]], deprecated: Optional[Iterable[str]]) -> Optional[list[str]]:
-    """Combine a filter with its deprecated alias (`status` for `status_in`, `rollout_ids` for `rollout_id_in`)."""
-    if primary is None and deprecated is None:
-        return None
-    return list(primary or []) + [v for v in (deprecated or []) if v not in (primary or [])]
+    """The filter to apply given a filter and its deprecated alias (`status` for `status_in`, `rollout_ids`
+    for `rollout_id_in`): the `*_in` filter wins when both are given, as in v0.3."""
+    if primary is not None:
+        return list(primary)
+    return None if deprecated is None else list(deprecated)
 
 
 def now_from(clock: Optional[Clock]) -> float:

@@ -28,9 +28,31 @@ def get_active_tracer() -> Optional[Tracer]:
 
 
 def set_active_tracer(tracer: Tracer) -> None:
+    """Make `tracer` the process's active tracer.
+
+    Raises ValueError when another tracer is active (call `clear_active_tracer()` first); setting the
+    active tracer again is a no-op.
+    """
     global _active_tracer
     with _active_lock:
+        if _active_tracer is not None and _active_tracer is not tracer:
+            raise ValueError(
+                f"another tracer ({type(_active_tracer).__name__}) is already active; "
+                "call clear_active_tracer() before activating a new one"
+            )
         _active_tracer = tracer
+
+
+def replace_active_tracer(tracer: Optional[Tracer]) -> Optional[Tracer]:
+    """Make `tracer` active whatever was active before, and return the previous one (for restoring it).
+
+    For tracers' own trace contexts, which nest (e.g. a dummy tracer inside an OpenTelemetry one) and put
+    the outer tracer back when they close; user code calls `set_active_tracer`.
+    """
+    global _active_tracer
+    with _active_lock:
+        previous, _active_tracer = _active_tracer, tracer
+    return previous
 
 
 def clear_active_tracer() -> None:

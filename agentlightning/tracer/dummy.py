@@ -13,7 +13,7 @@ from agentlightning.utils.otel import sanitize_attributes
 
 from ._delivery import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
 from ._recording import CoreFieldsRecordingContext
-from .base import Tracer, clear_active_tracer, get_active_tracer, set_active_tracer
+from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -57,7 +57,7 @@ class DummyTracer(Tracer):
         with self._lock:
             self._recording = recorded
         previous = get_active_tracer()
-        set_active_tracer(self)
+        replace_active_tracer(self)
         try:
             yield self
         finally:
@@ -73,7 +73,7 @@ class DummyTracer(Tracer):
                 for i, core in enumerate(recorded, start=1)
             ]
             if previous is not None and previous is not self:
-                set_active_tracer(previous)
+                replace_active_tracer(previous)
             else:
                 clear_active_tracer()
 
@@ -91,7 +91,7 @@ class DummyTracer(Tracer):
         core = SpanCoreFields(
             name=name,
             attributes=sanitize_attributes(attributes) if attributes else {},
-            status=status or TraceStatus(),
+            status=status or TraceStatus(status_code="OK"),  # a recorded fact, not an operation in progress
             start_time=moment,
             end_time=moment,
         )

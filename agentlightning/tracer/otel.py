@@ -31,7 +31,7 @@ from ._delivery import (
 )
 from ._delivery import _current_session as _session_var
 from ._recording import OtelSpanRecordingContext, seconds_to_ns
-from .base import Tracer, clear_active_tracer, get_active_tracer, set_active_tracer
+from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -263,7 +263,7 @@ class OtelTracer(Tracer):
         processor.open_session(session)
         token = _session_var.set(session)
         previous_active = get_active_tracer()
-        set_active_tracer(self)
+        replace_active_tracer(self)
         self._last_session = session
         logger.debug("trace context %r opened for rollout %s attempt %s", name, session.rollout_id, session.attempt_id)
         try:
@@ -275,7 +275,7 @@ class OtelTracer(Tracer):
                 await session.close()
             finally:
                 if previous_active is not None and previous_active is not self:
-                    set_active_tracer(previous_active)
+                    replace_active_tracer(previous_active)
                 elif not processor.open_sessions:
                     clear_active_tracer()
 

@@ -43,7 +43,7 @@ from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
 
 from ._delivery import TraceSession
 from ._recording import CoreFieldsRecordingContext
-from .base import Tracer, clear_active_tracer, get_active_tracer, set_active_tracer
+from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.instrumentation.weave import InMemoryWeaveTraceServer, WeaveCallRecord
@@ -353,7 +353,7 @@ class WeaveTracer(Tracer):
         self._last_session = session
         token = _current_session.set(session)
         previous_active = get_active_tracer()
-        set_active_tracer(self)
+        replace_active_tracer(self)
         logger.debug("weave trace context %r opened for rollout %s", name, session.rollout_id)
         try:
             from weave.trace.settings import override_settings
@@ -377,7 +377,7 @@ class WeaveTracer(Tracer):
                     await session.close()
                 finally:
                     if previous_active is not None and previous_active is not self:
-                        set_active_tracer(previous_active)
+                        replace_active_tracer(previous_active)
                     elif not self._open:
                         clear_active_tracer()
 

@@ -85,12 +85,16 @@ def instantiate_component(
     provided_kwargs: Optional[Mapping[str, Any]] = None,
     optional_defaults: Optional[Mapping[str, Any]] = None,
 ) -> Any:
-    """Call `cls(**provided_kwargs)`, adding each optional default the constructor accepts and the caller omitted."""
+    """Call `cls(**provided_kwargs)`, adding each optional default the constructor names and the caller omitted.
+
+    A constructor that only takes `**kwargs` gets no optional default it does not name: it would have to
+    accept (or reject) arguments it never asked for, as in v0.3.
+    """
     kwargs = dict(provided_kwargs or {})
     if optional_defaults:
-        names, var_keyword = _accepted_keywords(cls)
+        names, _ = _accepted_keywords(cls)
         for key, value in optional_defaults.items():
-            if key in kwargs or not (key in names or var_keyword):
+            if key in kwargs or key not in names:
                 continue
             kwargs[key] = value() if _is_factory_value(value) else value
     return cls(**kwargs)
@@ -103,6 +107,10 @@ def _resolve_target(name: str, registry: Optional[Mapping[str, str]]) -> Any:
         known = sorted(registry) if registry else []
         raise ValueError(f"unknown component name {name!r}; use one of {known} or a full import path")
     return load_class(name)
+
+
+def _names_a_component(name: Any, registry: Optional[Mapping[str, str]]) -> bool:
+    return isinstance(name, str) and ((registry is not None and name in registry) or "." in name or ":" in name)
 
 
 def _build_from_target(target: Any, kwargs: Mapping[str, Any], optional_defaults: Optional[Mapping[str, Any]]) -> Any:
@@ -124,11 +132,17 @@ def instantiate_from_spec(
     dict_default_cls: Optional[type] = None,
     registry: Optional[Mapping[str, str]] = None,
 ) -> Any:
-    """Build a component from an import path / registry name, or from a dict `{"type": ..., **kwargs}`."""
+    """Build a component from an import path / registry name, or from a dict `{"type": ..., **kwargs}`.
+
+    A dict may name its class with `"name"` instead of `"type"` (v0.3): a registry name or import path
+    under `"name"` is looked up the same way; any other `"name"` stays a constructor argument.
+    """
     if isinstance(spec, str):
         return _build_from_target(_resolve_target(spec, registry), {}, optional_defaults)
     kwargs = dict(spec)
     type_spec = kwargs.pop("type", None)
+    if type_spec is None and _names_a_component(kwargs.get("name"), registry):
+        type_spec = kwargs.pop("name")
     if type_spec is None:
         if dict_default_cls is not None:
             return instantiate_component(dict_default_cls, kwargs, optional_defaults)

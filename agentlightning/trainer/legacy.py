@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from agentlightning.types import Hook
+from agentlightning.runner.hook import Hook
 from agentlightning.utils.deprecation import warn_deprecated_once
 
 if TYPE_CHECKING:

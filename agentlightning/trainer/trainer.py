@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import inspect
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -18,8 +19,9 @@ from agentlightning.execution.base import ExecutionStrategy
 from agentlightning.execution.client_server import ClientServerExecutionStrategy
 from agentlightning.execution.events import ExecutionEvent
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
+from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
-from agentlightning.types import Dataset, Hook, NamedResources
+from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
 from .legacy import TrainerLegacy
@@ -272,15 +274,37 @@ class Trainer(TrainerLegacy):
     ) -> None:
         """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes.
 
-        A string `train_dataset` is a v0.1 server URL: the call goes to the deprecated `fit_v0`.
+        A string `train_dataset` is a v0.1 server URL and a v0.1 client (`AgentLightningClient`,
+        `DevTaskLoader`) a v0.1 backend: the call goes to the deprecated `fit_v0`. A `DevTaskLoader` serves
+        its tasks in a cycle forever, so it needs `max_rollouts`; without it this raises TypeError instead
+        of running for ever.
         """
         if isinstance(train_dataset, str):
             self.fit_v0(agent, train_dataset)
+            return
+        if self._is_legacy_client(train_dataset):
+            self._fit_legacy_client(agent, train_dataset)
             return
         if self._dev:
             self.dev(agent, train_dataset, val_dataset=val_dataset)
             return
         self._execute(agent, self.algorithm, train_dataset, val_dataset)
+
+    @staticmethod
+    def _is_legacy_client(candidate: Any) -> bool:
+        client_module = sys.modules.get("agentlightning.client")  # only loaded if the caller made a client
+        return client_module is not None and isinstance(candidate, client_module.AgentLightningClient)
+
+    def _fit_legacy_client(self, agent: LitAgent[Any], client: Any) -> None:
+        from agentlightning.client import DevTaskLoader
+
+        if isinstance(client, DevTaskLoader) and self.max_rollouts is None:
+            raise TypeError(
+                "Trainer.fit(agent, DevTaskLoader(...)) would run for ever: the loader serves its tasks in a "
+                "cycle. Use Trainer(max_rollouts=N).fit_v0(agent, <url>, dev_backend=loader) for the v0.1 "
+                "flow, or Trainer.dev(agent, tasks) / Trainer.fit(agent, tasks) with a plain list of tasks"
+            )
+        self.fit_v0(agent, client)
 
     def dev(
         self,

@@ -1,10 +1,13 @@
-"""Core data types: rollouts, attempts, workers, triplets, hooks, pagination and filters."""
+"""Core data types: rollouts, attempts, workers, triplets, pagination and filters.
+
+`Hook` moved to the runner layer (`agentlightning.runner.hook`); `from agentlightning.types import Hook`
+still works through a lazy module attribute that imports it on first use, never at import time.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import (
-    TYPE_CHECKING,
     Any,
     Generic,
     Literal,
@@ -21,11 +24,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .tracer import Span, SpanCoreFields
-
-if TYPE_CHECKING:
-    from agentlightning.litagent import LitAgent
-    from agentlightning.runner import Runner
-    from agentlightning.tracer import Tracer
 
 __all__ = [
     "Triplet",
@@ -46,7 +44,6 @@ __all__ = [
     "Attempt",
     "AttemptedRollout",
     "EnqueueRolloutRequest",
-    "Hook",
     "Worker",
     "WorkerStatus",
     "PaginatedResult",
@@ -192,7 +189,7 @@ class SortOptions(TypedDict):
 
 
 class PaginatedResult(BaseModel, Generic[T]):
-    """A page of results; `total` counts all matches before paging. Behaves as a sequence."""
+    """A page of results; `total` counts all matches before paging. A `collections.abc.Sequence` of `items`."""
 
     items: list[T]
     limit: int
@@ -214,6 +211,22 @@ class PaginatedResult(BaseModel, Generic[T]):
 
     def __bool__(self) -> bool:
         return bool(self.items)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.items
+
+    def __reversed__(self) -> Iterator[T]:
+        return reversed(self.items)
+
+    def index(self, value: Any, start: int = 0, stop: Optional[int] = None) -> int:
+        return self.items.index(value, start, len(self.items) if stop is None else stop)
+
+    def count(self, value: Any) -> int:
+        return self.items.count(value)
+
+
+# A page is a read-only sequence of its items (v0.3 code checks `isinstance(page, Sequence)`).
+Sequence.register(PaginatedResult)  # pyright: ignore[reportAttributeAccessIssue]  # ABCMeta.register
 
 
 @runtime_checkable
@@ -245,33 +258,6 @@ class ParallelWorkerBase:
 
     def teardown(self, *args: Any, **kwargs: Any) -> None:
         """Called once after all workers stopped."""
-
-
-class Hook(ParallelWorkerBase):
-    """Callbacks a runner invokes around each rollout; all are no-ops by default."""
-
-    async def on_trace_start(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
-        """Called right after the tracer context opened, before the agent runs."""
-
-    async def on_trace_end(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
-        """Called after the agent returned, before the tracer context closes."""
-
-    async def on_rollout_start(self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout) -> None:
-        """Called before the tracer context opens."""
-
-    async def on_rollout_end(
-        self,
-        *,
-        agent: LitAgent[Any],
-        runner: Runner[Any],
-        rollout: Rollout,
-        spans: Union[list[ReadableSpan], list[Span]],
-    ) -> None:
-        """Called after the rollout's result was posted, before the attempt is finalised."""
 
 
 RolloutRawResult = Union[None, float, list[ReadableSpan], list[Span], list[SpanCoreFields]]
@@ -315,3 +301,13 @@ class GenericResponse(BaseModel):
     status: str = "success"
     message: Optional[str] = None
     data: Optional[dict[str, Any]] = None
+
+
+def __getattr__(name: str) -> Any:
+    # v0.3 compatibility: `Hook` lives in the runner layer now. Resolved on first access only, so this
+    # data-only module never imports the runner when it is imported.
+    if name == "Hook":
+        import importlib
+
+        return importlib.import_module("agentlightning.runner.hook").Hook
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

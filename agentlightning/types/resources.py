@@ -67,6 +67,12 @@ class ProxyLLM(LLM):
                 f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
                 f"attempt_id={attempt_id!r})"
             )
+        for field, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
+            if not isinstance(value, str):  # type: ignore[redundant-expr]
+                raise TypeError(
+                    f"ProxyLLM.get_base_url: {field} must be a str, got {type(value).__name__} ({value!r}); "
+                    "pass rollout.rollout_id and rollout.attempt.attempt_id"
+                )
         base = endpoint.rstrip("/")
         has_v1 = base.endswith("/v1")
         if has_v1:

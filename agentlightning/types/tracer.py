@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import secrets
 import time
 from collections.abc import Sequence
 from enum import Enum
@@ -14,8 +15,6 @@ from typing import Any, Literal, Optional, Protocol, Union
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import format_span_id, format_trace_id
 from pydantic import BaseModel, ConfigDict, Field
-
-from agentlightning.utils.id import generate_id
 
 __all__ = [
     "AttributeValue",
@@ -266,8 +265,8 @@ class Span(BaseModel):
         status: Optional[TraceStatus] = None,
     ) -> Span:
         """Build a span from attributes alone, with fresh random ids."""
-        trace_id = trace_id or generate_id(32)
-        span_id = span_id or generate_id(16)
+        trace_id = trace_id or secrets.token_hex(16)
+        span_id = span_id or secrets.token_hex(8)
         return cls(
             rollout_id=rollout_id or "",
             attempt_id=attempt_id or "",

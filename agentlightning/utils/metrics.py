@@ -12,8 +12,9 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, Union
 
 __all__ = [
     "MetricsBackend",
@@ -84,6 +85,34 @@ class _Histogram:
         }
 
 
+class _WindowedHistogram:
+    """Observations of the last `window_seconds` only (older ones are forgotten as time passes)."""
+
+    __slots__ = ("window_seconds", "clock", "samples")
+
+    def __init__(self, window_seconds: float, clock: Callable[[], float]) -> None:
+        self.window_seconds = window_seconds
+        self.clock = clock
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def _prune(self, now: float) -> None:
+        horizon = now - self.window_seconds
+        while self.samples and self.samples[0][0] < horizon:
+            self.samples.popleft()
+
+    def observe(self, value: float) -> None:
+        now = self.clock()
+        self.samples.append((now, value))
+        self._prune(now)
+
+    def summary(self) -> dict[str, float]:
+        self._prune(self.clock())
+        window = _Histogram()
+        for _, value in self.samples:
+            window.observe(value)
+        return window.summary()
+
+
 def _label_key(labels: Labels) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(labels.items())) if labels else ()
 
@@ -91,18 +120,32 @@ def _label_key(labels: Labels) -> tuple[tuple[str, str], ...]:
 class ConsoleMetricsBackend(MetricsBackend):
     """Aggregates metrics in memory and logs a summary at most every `log_interval_seconds`.
 
-    Useful for local runs without a Prometheus server; `snapshot()` returns the aggregates.
+    Useful for local runs without a Prometheus server; `snapshot()` returns the aggregates. Counters are
+    totals since start. Histograms summarise every observation, or with `window_seconds` only those of the
+    last `window_seconds` (recent latency rather than the whole run's). `clock` (seconds, monotonic by
+    default) is injectable for tests.
     """
 
-    def __init__(self, log_interval_seconds: float = 30.0, logger_name: str = "agentlightning.metrics") -> None:
+    def __init__(
+        self,
+        log_interval_seconds: float = 30.0,
+        logger_name: str = "agentlightning.metrics",
+        *,
+        window_seconds: Optional[float] = None,
+        clock: Optional[Callable[[], float]] = None,
+    ) -> None:
         if log_interval_seconds < 0:
             raise ValueError(f"log_interval_seconds must be >= 0, got {log_interval_seconds}")
+        if window_seconds is not None and (isinstance(window_seconds, bool) or not window_seconds > 0):
+            raise ValueError(f"window_seconds must be a positive number of seconds or None, got {window_seconds!r}")
         self.log_interval_seconds = log_interval_seconds
+        self.window_seconds = window_seconds
+        self._clock = clock or time.monotonic
         self._logger = logging.getLogger(logger_name)
         self._lock = threading.Lock()
         self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        self._histograms: dict[str, dict[tuple[tuple[str, str], ...], _Histogram]] = {}
-        self._last_log = time.monotonic()
+        self._histograms: dict[str, dict[tuple[tuple[str, str], ...], Union[_Histogram, _WindowedHistogram]]] = {}
+        self._last_log = self._clock()
 
     def register_counter(self, name: str, label_names: Sequence[str] = (), description: str = "") -> None:
         with self._lock:
@@ -131,7 +174,11 @@ class ConsoleMetricsBackend(MetricsBackend):
             series = self._histograms.setdefault(name, {})
             hist = series.get(key)
             if hist is None:
-                hist = series[key] = _Histogram()
+                hist = series[key] = (
+                    _Histogram()
+                    if self.window_seconds is None
+                    else _WindowedHistogram(self.window_seconds, self._clock)
+                )
             hist.observe(value)
         self._maybe_log()
 
@@ -158,7 +205,7 @@ class ConsoleMetricsBackend(MetricsBackend):
                 )
 
     def _maybe_log(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_log < self.log_interval_seconds:
             return
         self._last_log = now

@@ -6,7 +6,7 @@ import json
 import logging
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -15,6 +15,12 @@ from agentlightning.semconv import LightningSpanAttributes, LinkAttributes, Link
 from agentlightning.types import Attributes, AttributeValue, Span
 
 __all__ = [
+    "check_attributes_sanity",
+    "extract_tags_from_attributes",
+    "filter_attributes",
+    "full_qualified_name",
+    "sanitize_attribute_value",
+    "sanitize_list_attribute_sanity",
     "make_tag_attributes",
     "make_link_attributes",
     "query_linked_spans",
@@ -24,6 +30,7 @@ __all__ = [
     "filter_and_unflatten_attributes",
     "sanitize_attributes",
     "format_exception_attributes",
+    "describe_tracer_provider",
     "get_tracer_provider",
     "get_tracer",
 ]
@@ -41,13 +48,18 @@ def _is_primitive_list(value: Sequence[Any]) -> bool:
     return all(isinstance(item, _PRIMITIVES) for item in value)
 
 
+def _is_homogeneous_primitive_list(value: Sequence[Any]) -> bool:
+    """A valid OpenTelemetry list value: primitives, all of one type (bool is not int here)."""
+    return _is_primitive_list(value) and len({type(item) for item in value}) <= 1
+
+
 def flatten_attributes(
-    data: Union[Mapping[str, Any], Sequence[Any]], *, expand_leaf_lists: bool = True
+    data: Union[Mapping[str, Any], Sequence[Any]], *, expand_leaf_lists: bool = False
 ) -> dict[str, Any]:
     """Flatten nested dicts/lists into dotted keys (`a.b.0.c`).
 
-    With `expand_leaf_lists=False`, lists whose items are all primitives stay as one leaf value (as
-    OpenTelemetry allows); lists containing dicts or lists are always expanded by index.
+    A list of primitives of one type stays one leaf value (an OpenTelemetry list attribute); lists of
+    objects and mixed lists are expanded by index. `expand_leaf_lists=True` expands every list.
     """
     flat: dict[str, Any] = {}
 
@@ -60,7 +72,7 @@ def flatten_attributes(
                     key = str(key)
                 visit(f"{prefix}.{key}" if prefix else key, child)
         elif isinstance(value, (list, tuple)):
-            if not expand_leaf_lists and _is_primitive_list(value):  # type: ignore[arg-type]
+            if not expand_leaf_lists and value and _is_homogeneous_primitive_list(value):  # type: ignore[arg-type]
                 flat[prefix] = list(value)  # type: ignore[arg-type]
                 return
             if not value and prefix:
@@ -121,15 +133,52 @@ def filter_and_unflatten_attributes(attributes: Mapping[str, Any], prefix: str) 
     return unflatten_attributes(selected)
 
 
-def _sanitize_value(key: str, value: Any) -> Optional[AttributeValue]:
+def full_qualified_name(obj: Any) -> str:
+    """`module.QualName` of a class or function (of the type of any other object); builtins keep their
+    bare name (`int`, `dict`)."""
+    target = obj if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__")) else type(obj)
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    if module in (None, "builtins"):
+        return str(qualname)
+    return f"{module}.{qualname}"
+
+
+def sanitize_list_attribute_sanity(value: Sequence[Any], *, key: str = "attribute") -> list[Any]:
+    """Check that `value` is a valid OpenTelemetry list attribute (primitives of one type) and return it
+    as a list; raise ValueError naming `key` otherwise. An empty list is valid."""
+    items = list(value)
+    if not _is_primitive_list(items):
+        bad = next(item for item in items if not isinstance(item, _PRIMITIVES))
+        raise ValueError(
+            f"{key}: list attributes may hold only str/bool/int/float, found {type(bad).__name__} ({bad!r})"
+        )
+    if not _is_homogeneous_primitive_list(items):
+        kinds = sorted({type(item).__name__ for item in items})
+        raise ValueError(f"{key}: list attributes must hold one type, found {', '.join(kinds)}")
+    return items
+
+
+def sanitize_attribute_value(value: Any, *, force: bool = True, key: str = "attribute") -> AttributeValue:
+    """One value made OpenTelemetry-valid.
+
+    Primitives and homogeneous primitive lists pass unchanged (tuples become lists). Anything else is
+    JSON-encoded (`str()` when not JSON-serialisable) with `force=True`, or rejected with ValueError
+    naming `key` with `force=False`.
+    """
     if isinstance(value, _PRIMITIVES):
         return value
     if isinstance(value, (list, tuple)):
         items = list(value)  # type: ignore[arg-type]
-        if not items:
-            return []
-        if _is_primitive_list(items) and len({type(item) for item in items}) == 1:
+        if _is_homogeneous_primitive_list(items):
             return items  # type: ignore[return-value]
+        if not force:
+            sanitize_list_attribute_sanity(items, key=key)  # raises, naming what is wrong
+    if not force:
+        raise ValueError(
+            f"{key}: {type(value).__name__} is not a valid OpenTelemetry attribute value "
+            "(str, bool, int, float or a list of one of them); pass force=True to JSON-encode it"
+        )
     try:
         return json.dumps(value, default=str)
     except (TypeError, ValueError):
@@ -137,19 +186,45 @@ def _sanitize_value(key: str, value: Any) -> Optional[AttributeValue]:
         return str(value)
 
 
-def sanitize_attributes(attributes: Mapping[str, Any]) -> Attributes:
-    """Make attributes OpenTelemetry-valid: drop None, keep primitives and homogeneous primitive lists,
-    JSON-encode everything else."""
+def sanitize_attributes(attributes: Mapping[str, Any], *, force: bool = True) -> Attributes:
+    """Make attributes OpenTelemetry-valid: drop None, keep primitives and homogeneous primitive lists.
+
+    Everything else is JSON-encoded with `force=True` (the default) or rejected with ValueError naming
+    the key with `force=False`. Non-string keys are always rejected.
+    """
     sanitized: Attributes = {}
     for key, value in attributes.items():
         if value is None:
             continue
         if not isinstance(key, str):  # type: ignore[redundant-expr]
             raise ValueError(f"attribute keys must be str, got {key!r} ({type(key).__name__})")
-        clean = _sanitize_value(key, value)
-        if clean is not None:
-            sanitized[key] = clean
+        sanitized[key] = sanitize_attribute_value(value, force=force, key=key)
     return sanitized
+
+
+def check_attributes_sanity(attributes: Mapping[str, Any]) -> None:
+    """Raise ValueError unless `attributes` is already a valid flat OpenTelemetry attribute mapping:
+    non-empty string keys, no key that is also a dotted prefix of another, and values that are
+    primitives or homogeneous primitive lists (None is not allowed)."""
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]
+            raise ValueError(f"attribute keys must be non-empty str, got {key!r}")
+        if value is None:
+            raise ValueError(f"{key}: None is not a valid OpenTelemetry attribute value")
+        sanitize_attribute_value(value, force=False, key=key)
+    keys = set(attributes)
+    for key in keys:
+        parts = key.split(".")
+        for depth in range(1, len(parts)):
+            prefix = ".".join(parts[:depth])
+            if prefix in keys:
+                raise ValueError(f"attribute {prefix!r} is both a value and a prefix of {key!r}")
+
+
+def filter_attributes(attributes: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The attributes at `prefix` or under `prefix.` (keys kept whole)."""
+    dotted = prefix.rstrip(".") + "."
+    return {key: value for key, value in attributes.items() if key == dotted[:-1] or key.startswith(dotted)}
 
 
 def format_exception_attributes(exception: BaseException, *, escaped: bool = True) -> Attributes:
@@ -181,6 +256,17 @@ def make_link_attributes(links: Mapping[str, Any]) -> Attributes:
         attributes[f"{prefix}.{i}.{LinkAttributes.KEY_MATCH.value}"] = str(key)
         attributes[f"{prefix}.{i}.{LinkAttributes.VALUE_MATCH.value}"] = str(value)
     return attributes
+
+
+def extract_tags_from_attributes(attributes: Mapping[str, Any]) -> list[str]:
+    """Read back the tags written by `make_tag_attributes`, in index order."""
+    dotted = LightningSpanAttributes.TAG.value + "."
+    indexed: list[tuple[int, str]] = []
+    for key, value in attributes.items():
+        suffix = key[len(dotted) :] if key.startswith(dotted) else ""
+        if suffix.isdigit():
+            indexed.append((int(suffix), str(value)))
+    return [tag for _, tag in sorted(indexed)]
 
 
 def extract_links_from_attributes(attributes: Mapping[str, Any]) -> list[LinkPydanticModel]:
@@ -218,11 +304,25 @@ def query_linked_spans(spans: Iterable[T_Span], links: Sequence[LinkPydanticMode
 # ---- provider lookup ----
 
 
-def get_tracer_provider() -> TracerProvider:
+def describe_tracer_provider(provider: TracerProvider) -> list[str]:
+    """One line per span processor of `provider` (with its exporter, when it has one)."""
+    multi = getattr(provider, "_active_span_processor", None)
+    processors = list(getattr(multi, "_span_processors", ()) or ())
+    lines: list[str] = []
+    for processor in processors:
+        exporter = getattr(processor, "span_exporter", None) or getattr(processor, "_exporter", None)
+        line = full_qualified_name(processor)
+        lines.append(line if exporter is None else f"{line} -> {full_qualified_name(exporter)}")
+    return lines
+
+
+def get_tracer_provider(inspect: bool = True) -> TracerProvider:
     """The process-global OpenTelemetry SDK TracerProvider.
 
-    Raises RuntimeError when the global provider is not an SDK provider (nothing installed one yet):
-    call `OtelTracer().init_worker(...)` or `opentelemetry.trace.set_tracer_provider(TracerProvider())` first.
+    With `inspect=True` (the default) its span processors and exporters are logged at DEBUG level, to
+    see where spans go. Raises RuntimeError when the global provider is not an SDK provider (nothing
+    installed one yet): call `OtelTracer().init_worker(...)` or
+    `opentelemetry.trace.set_tracer_provider(TracerProvider())` first.
     """
     provider = trace_api.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
@@ -230,9 +330,16 @@ def get_tracer_provider() -> TracerProvider:
             f"the global OpenTelemetry tracer provider is {type(provider).__name__}, not an SDK TracerProvider; "
             "initialise an OtelTracer (or set an SDK TracerProvider) first"
         )
+    if inspect and logger.isEnabledFor(logging.DEBUG):
+        processors = describe_tracer_provider(provider)
+        logger.debug("tracer provider %s with span processors: %s", full_qualified_name(provider), processors or "none")
     return provider
 
 
 def get_tracer(name: str = "agentlightning") -> trace_api.Tracer:
-    """A tracer from the global provider (a no-op tracer when no SDK provider is installed)."""
-    return trace_api.get_tracer(name)
+    """A tracer of the global SDK provider.
+
+    Raises RuntimeError before a provider is set up (see `get_tracer_provider`): a tracer of the default
+    proxy provider would silently drop every span.
+    """
+    return get_tracer_provider(inspect=False).get_tracer(name)

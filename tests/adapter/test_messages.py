@@ -92,18 +92,24 @@ def test_tool_calls_attached_from_child_tool_spans_and_tools_derived():
         start=2,
         end=3,
     )
-    (conversation,) = TraceToMessages().adapt([llm, tool_span])
-    assert conversation["messages"][-1] == {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_9",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 2}'},
-            }
-        ],
-    }
+    (plain,) = TraceToMessages().adapt([llm, tool_span])
+    assert plain["tools"] is None  # the request declared no tools (v0.3)
+    (conversation,) = TraceToMessages(derive_tools=True).adapt([llm, tool_span])
+    assert (
+        conversation["messages"][-1]
+        == plain["messages"][-1]
+        == {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_9",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 2}'},
+                }
+            ],
+        }
+    )
     assert conversation["tools"] == [
         {
             "type": "function",

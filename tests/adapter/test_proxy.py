@@ -107,3 +107,59 @@ def test_skip_empty_token_spans_in_proxy_adapter():
     assert adapter.last_report is not None
     assert [d.reason for d in adapter.last_report.dropped] == ["no_token_ids"]
     assert_accounted(adapter.last_report)
+
+
+def test_response_id_is_read_from_litellm_provider_attributes():
+    from agentlightning.adapter.llm_call import response_id_of
+
+    f = SpanFactory()
+    vllm = f.span("raw_gen_ai_request", {"llm.hosted_vllm.id": "chatcmpl-v", "llm.hosted_vllm.prompt_token_ids": "[1]"})
+    openai = f.span("raw_gen_ai_request", {"llm.openai.id": "chatcmpl-o"})
+    assert response_id_of(vllm) == "chatcmpl-v"
+    assert response_id_of(openai) == "chatcmpl-o"
+    assert response_id_of(f.span("raw_gen_ai_request", {"llm.hosted_vllm.model": "m"})) is None
+
+
+def test_spans_of_one_call_with_different_sequence_ids_are_deduplicated_by_response_id():
+    f = SpanFactory()
+    # The summary span and the raw provider span reached the store separately (different sequence ids);
+    # the raw span names the response only through `llm.hosted_vllm.id`.
+    summary = f.span(
+        "litellm_request",
+        {"gen_ai.response.id": "chatcmpl-1", "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "hi"},
+        sequence_id=1,
+    )
+    raw = f.span(
+        "raw_gen_ai_request",
+        {
+            "llm.hosted_vllm.id": "chatcmpl-1",
+            "llm.hosted_vllm.prompt_token_ids": "[1, 2]",
+            "llm.hosted_vllm.response_token_ids": "[[3]]",
+        },
+        sequence_id=2,
+    )
+    adapter = LlmProxyTraceToTriplet()
+    (triplet,) = adapter.adapt([summary, raw])
+    assert triplet.metadata["response_id"] == "chatcmpl-1"
+    assert triplet.prompt["token_ids"] == [1, 2] and triplet.response["token_ids"] == [3]
+    assert adapter.last_report is not None
+    assert_accounted(adapter.last_report)
+
+
+def test_litellm_request_without_token_ids_is_dropped_and_reported_not_emitted_empty():
+    f = SpanFactory()
+    bare = f.span(
+        "litellm_request",
+        {"gen_ai.response.id": "chatcmpl-2", "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "hi"},
+        sequence_id=1,
+    )
+    full = f.litellm_call([USER], "ok", prompt_ids=[5], response_ids=[6], response_id="chatcmpl-3", sequence_id=2)
+    adapter = LlmProxyTraceToTriplet()
+    triplets = adapter.adapt([bare, *full])
+    assert [t.metadata["response_id"] for t in triplets] == ["chatcmpl-3"]
+    assert all(t.prompt["token_ids"] and t.response["token_ids"] for t in triplets)
+    report = adapter.last_report
+    assert report is not None
+    (dropped,) = [d for d in report.dropped if d.span_id == bare.span_id]
+    assert dropped.reason == "no_token_ids" and "litellm_request" in dropped.detail
+    assert_accounted(report)

@@ -30,7 +30,7 @@ async def test_async_function_gets_declared_components() -> None:
     my_algo.set_store(store)
     resources = {"p": PromptTemplate(template="{x}", engine="f-string")}
     my_algo.set_initial_resources(resources)  # type: ignore[arg-type]
-    await my_algo.run(train_dataset=[1, 2], val_dataset=[3])  # type: ignore[misc]
+    await my_algo.run(train_dataset=[1, 2])  # type: ignore[misc]
     assert received == {"store": store, "train": [1, 2], "resources": resources, "adapter": None}
 
 
@@ -42,8 +42,29 @@ def test_sync_function_only_gets_what_it_declares() -> None:
         calls.append((val_dataset, llm_proxy))
 
     assert not sync_algo.is_async()
-    sync_algo.run(train_dataset=[1], val_dataset=[2])
+    sync_algo.run(val_dataset=[2])  # type: ignore[arg-type]
     assert calls == [([2], None)]
+
+
+def test_a_dataset_the_function_cannot_take_raises_type_error() -> None:
+    calls: list[Any] = []
+
+    @algo
+    def val_only(val_dataset: Any) -> None:
+        calls.append(val_dataset)
+
+    @algo
+    async def no_data(*, store: Any = None) -> None:
+        calls.append(store)
+
+    with pytest.raises(TypeError, match="'val_only' was given train_dataset but has no 'train_dataset' parameter"):
+        val_only.run(train_dataset=[1], val_dataset=[2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="'no_data' was given val_dataset"):
+        no_data.run(val_dataset=[2])  # type: ignore[arg-type]
+    assert calls == []  # nothing ran
+    val_only.run(train_dataset=None, val_dataset=[2])  # None is "not given"  # type: ignore[arg-type]
+    val_only.run(train_dataset=[], val_dataset=[3])  # nor does an empty dataset lose anything  # type: ignore[arg-type]
+    assert calls == [[2], [3]]
 
 
 def test_kwargs_function_gets_everything() -> None:
@@ -76,7 +97,7 @@ def test_wrapper_stays_callable_like_the_function() -> None:
         return (store, train_dataset)
 
     assert add("s", [1]) == ("s", [1])
-    assert add.__name__ == "add"
+    assert add.__name__ == "add"  # type: ignore[arg-type]
 
 
 def test_unfillable_required_parameter_is_rejected() -> None:

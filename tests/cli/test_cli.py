@@ -51,6 +51,21 @@ def test_subcommand_help(capsys: pytest.CaptureFixture[str], command: str, optio
         assert option in out
 
 
+@pytest.mark.parametrize("name", ["mongo", "MongoDB"])
+def test_store_backend_mongo_points_to_postgres(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    assert main(["store", "--backend", name]) == 2
+    err = capsys.readouterr().err
+    assert "no MongoDB backend" in err and "PostgreSQL is the multi-host backend" in err
+    assert "--backend postgres --dsn" in err and "invalid choice" not in err
+
+
+def test_store_unknown_backend_lists_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["store", "--backend", "redis"])
+    assert exited.value.code == 2
+    assert "unknown backend 'redis'; choose from memory, sqlite, postgres" in capsys.readouterr().err
+
+
 def test_help_through_the_installed_entry_point() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "agentlightning.cli", "--help"], capture_output=True, text=True, timeout=60

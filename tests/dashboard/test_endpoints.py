@@ -153,7 +153,7 @@ async def test_pages_cover_every_match_once_in_order(http: httpx.AsyncClient, se
         ({"mode_in": "eval"}, "eval"),
         ({"sort_by": "final_reward"}, "final_reward"),
         ({"sort_order": "up"}, "up"),
-        ({"limit": 0}, "limit"),
+        ({"limit": -2}, "limit"),
         ({"offset": -1}, "offset"),
     ],
 )
@@ -167,6 +167,7 @@ async def test_finished_rollouts_rewards_are_read_once(
     http: httpx.AsyncClient, seeded_server: tuple[LightningStoreServer, Seeded]
 ) -> None:
     server, seeded = seeded_server
+    assert server.app is not None
     rewards = server.app.state.agl_dashboard.rewards
     await all_rows(http)
     after_first = rewards.span_queries
@@ -347,6 +348,7 @@ async def test_training_refreshes_reuse_finished_rollouts(
     http: httpx.AsyncClient, seeded_server: tuple[LightningStoreServer, Seeded]
 ) -> None:
     server, _ = seeded_server
+    assert server.app is not None
     caches = server.app.state.agl_dashboard
     first = await get_ok(http, "/analytics/rewards")
     await get_ok(http, "/analytics/throughput")

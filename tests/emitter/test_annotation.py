@@ -18,7 +18,21 @@ async def test_annotation_is_flattened_with_lists_kept_as_leaves(traced: Traced)
     assert span.attributes["judge.model"] == "gpt"
     assert span.attributes["judge.scores"] == [1, 2, 3]
     assert span.attributes["note"] == "ok"
-    assert isinstance(span.attributes["extra.obj"], str)
+    assert span.attributes["extra.obj"] == [1, 2]
+
+
+def test_annotation_values_are_validated_before_the_tracer_is_looked_up() -> None:
+    # No active tracer: a valid annotation fails for that reason, a bad one for its value first.
+    with pytest.raises(RuntimeError, match="no active tracer"):
+        emit_annotation({"ok": 1})
+    with pytest.raises(ValueError, match="'judge.model' is None"):
+        emit_annotation({"judge": {"model": None}})
+    with pytest.raises(ValueError, match="'blob': a object cannot be recorded"):
+        emit_annotation({"blob": object()})
+    with pytest.raises(ValueError, match="annotation keys"):
+        emit_annotation({"": 1})
+    core = emit_annotation({"mixed": [1, "a"], "empty": {}, "nested": [{"k": 1}]}, propagate=False)
+    assert core.attributes == {"mixed.0": 1, "mixed.1": "a", "empty": "{}", "nested.0.k": 1}
 
 
 def test_annotation_rejects_bad_keys_and_non_dicts() -> None:

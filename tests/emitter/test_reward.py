@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,41 @@ def test_deprecated_alias_module_warns() -> None:
         module = importlib.import_module("agentlightning.reward")
     assert any(issubclass(w.category, DeprecationWarning) for w in caught)
     assert module.emit_reward is emit_reward
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"agentops.task.output": json.dumps({"type": "reward", "value": 0.75})},
+        {"agentops.entity.output": json.dumps({"type": "reward", "value": 0.75})},
+        {"agentops.task.output": json.dumps(json.dumps({"type": "reward", "value": 0.75}))},  # encoded twice
+        {"agentops.task.output": str({"type": "reward", "value": 0.75})},  # str(dict)
+        {"agentops.entity.output.type": "reward", "agentops.entity.output.value": 0.75},  # flattened
+    ],
+    ids=["task-json", "entity-json", "double-json", "python-repr", "flattened"],
+)
+def test_agentops_format_rewards_are_found(attributes: dict[str, Any]) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    span = Span.from_attributes(attributes=attributes, name="agentops.task")
+    provider = TracerProvider()
+    otel_span = provider.get_tracer("t").start_span("reward_fn.task", attributes=attributes)
+    otel_span.end()
+    other = Span.from_attributes(name="llm", attributes={"agentops.task.output": json.dumps({"type": "text"})})
+    for candidate in (span, otel_span):
+        assert get_reward_value(candidate) == 0.75  # type: ignore[arg-type]
+        assert is_reward_span(candidate)  # type: ignore[arg-type]
+    assert not is_reward_span(other)
+    assert find_final_reward([span, other]) == 0.75
+    assert find_final_reward([other]) is None
+
+
+def test_agentops_outputs_that_are_not_rewards_are_ignored() -> None:
+    for payload in ("not json {", json.dumps({"type": "reward", "value": "high"}), json.dumps([1, 2])):
+        assert get_reward_value(Span.from_attributes(attributes={"agentops.task.output": payload})) is None
+    assert (
+        get_reward_value(
+            Span.from_attributes(attributes={"agentops.task.output": json.dumps({"type": "reward", "value": True})})
+        )
+        is None
+    )

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from agentlightning.emitter import emit_message, get_reward_value
 from agentlightning.litagent import LitAgent, prompt_rollout
-from agentlightning.runner import LitAgentRunner, Runner
+from agentlightning.runner import Hook, LitAgentRunner, Runner
 from agentlightning.store.base import UNSET, LightningStore
 from agentlightning.store.client import LightningStoreClient
 from agentlightning.store.memory import InMemoryLightningStore
@@ -23,7 +23,6 @@ from agentlightning.tracer import DummyTracer
 from agentlightning.tracer.base import get_active_tracer
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
-    Hook,
     NamedResources,
     PromptTemplate,
     Rollout,
@@ -183,6 +182,10 @@ async def test_run_context_links_agent_and_tears_down(store: InMemoryLightningSt
         runner.get_store()
     with pytest.raises(RuntimeError, match="has no agent"):
         runner.get_agent()
+    assert runner.worker_id is None and runner.get_worker_id() == "Worker-Unknown"
+    with runner.run_context(agent=agent, store=store, worker_id=5):
+        assert runner.worker_id == 5
+    assert runner.worker_id is None  # reset on a normal exit too
 
 
 def test_run_is_deprecated_and_worker_id_defaults(tracer: OtelTracer) -> None:
@@ -661,20 +664,35 @@ async def test_core_fields_list_gets_sequence_ids_in_bulk(running: Any, store: I
     assert (spans[2].start_time, spans[2].end_time) == (10.0, 11.0)
 
 
-@pytest.mark.parametrize(
-    "result, message",
-    [
-        ([], "empty span list"),
-        ([SpanCoreFields(name="a"), "not a span"], "list of SpanCoreFields, str"),
-        ({"reward": 1.0}, "returned a dict, which is not a RolloutRawResult"),
-    ],
-)
-async def test_unusable_results_warn_and_keep_traced_spans(
-    running: Any, store: InMemoryLightningStore, caplog: pytest.LogCaptureFixture, result: Any, message: str
+async def test_an_empty_span_list_warns_and_keeps_traced_spans(
+    running: Any, store: InMemoryLightningStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        rollout = await running(ReturnAgent(result)).step("t")
-    assert message in caplog.text
+        rollout = await running(ReturnAgent([])).step("t")
+    assert "empty span list" in caplog.text
     assert rollout.status == "succeeded"
     spans = await store.query_spans(rollout.rollout_id)
     assert [s.name for s in spans] == ["agentlightning.message"]
+
+
+@pytest.mark.parametrize(
+    "result, message",
+    [
+        ([SpanCoreFields(name="a"), "not a span"], "list of SpanCoreFields, str"),
+        ({"reward": 1.0}, "returned a dict, which is not a RolloutRawResult"),
+        ("0.5", "returned a str, which is not a RolloutRawResult"),
+    ],
+)
+async def test_unsupported_results_fail_the_attempt_with_a_type_error(
+    running: Any, store: InMemoryLightningStore, result: Any, message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        await running(ReturnAgent(result)).step("t")  # step() re-raises what failed the attempt
+    (rollout,) = await store.query_rollouts()
+    assert rollout.status == "failed"
+    attempt = await store.get_latest_attempt(rollout.rollout_id)
+    assert attempt is not None and attempt.status == "failed"
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [s.name for s in spans] == ["agentlightning.message", "agentlightning.exception"]
+    exception = spans[-1].attributes
+    assert exception["exception.type"] == "TypeError" and message in str(exception["exception.message"])

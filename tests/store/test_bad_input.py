@@ -146,7 +146,6 @@ async def test_span_with_unknown_ids_is_refused(store: LightningStore, backend: 
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"limit": 0}, "limit"),
         ({"limit": -2}, "limit"),
         ({"offset": -1}, "offset"),
         ({"sort_by": "input"}, "input"),
@@ -166,7 +165,7 @@ async def test_query_rollouts_rejects_bad_arguments(
 async def test_other_queries_reject_bad_arguments(store: LightningStore, backend: Backend) -> None:
     started = await store.start_rollout(input=1)
     with pytest.raises(backend.errors, match="limit"):
-        await store.query_attempts(started.rollout_id, limit=0)
+        await store.query_attempts(started.rollout_id, limit=-3)
     with pytest.raises(backend.errors, match="metadata"):
         await store.query_attempts(started.rollout_id, sort_by="metadata")
     with pytest.raises(backend.errors, match="offset"):

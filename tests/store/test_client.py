@@ -296,7 +296,7 @@ async def test_store_errors_keep_their_family(served: LightningStoreClient) -> N
     with pytest.raises(ValueError, match="ro-nowhere"):
         await served.update_rollout("ro-nowhere", status="succeeded")
     with pytest.raises(ValueError, match="limit"):
-        await served.query_rollouts(limit=0)
+        await served.query_rollouts(limit=-2)
     with pytest.raises(ValueError, match="worker_id"):
         await served.update_worker("")
     assert await served.get_worker_by_id("") is None

@@ -250,11 +250,13 @@ async def test_spans_round_trip(store: LightningStore) -> None:
     assert stored.model_dump() == span.model_dump()
 
 
-async def test_re_adding_a_span_replaces_it(store: LightningStore) -> None:
+async def test_re_adding_a_span_keeps_the_first(store: LightningStore) -> None:
     started = await store.start_rollout(input=1)
     span = span_of(started, 1, name="first")
     await store.add_span(span)
-    await store.add_span(span.model_copy(update={"name": "second"}))
+    assert await store.add_span(span.model_copy(update={"name": "second"})) is None
+    stored = await store.add_many_spans([span.model_copy(update={"name": "third"}), span_of(started, 2)])
+    assert [s.sequence_id for s in stored] == [2]
     spans = await store.query_spans(started.rollout_id)
-    assert [s.name for s in spans] == ["second"]
-    assert (await stats_of(store))["total_spans"] == 1
+    assert [s.name for s in spans] == ["first", "step"]
+    assert (await stats_of(store))["total_spans"] == 2

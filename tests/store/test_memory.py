@@ -116,7 +116,7 @@ async def test_spans_for_an_evicted_rollout_are_dropped_but_still_heartbeats(clo
 
 
 async def test_re_added_span_is_not_counted_twice(clock: FakeClock) -> None:
-    sizes = iter([100, 300, 100])  # first add; the replacement; the replaced span re-estimated
+    sizes = iter([100, 300])  # the first add; a duplicate must not even be estimated
 
     def size(_: Span) -> int:
         return next(sizes)
@@ -125,9 +125,8 @@ async def test_re_added_span_is_not_counted_twice(clock: FakeClock) -> None:
     started = await store.start_rollout(input=1)
     span = span_of(started, 1)
     await store.add_span(span)
-    # Replacing costs the new size (300) minus the old one (re-estimated: 100).
-    await store.add_span(span.model_copy(update={"name": "renamed"}))
-    assert (await stats_of(store))["total_span_bytes"] == 300
+    assert await store.add_span(span.model_copy(update={"name": "renamed"})) is None
+    assert (await stats_of(store))["total_span_bytes"] == 100
 
 
 def test_estimate_model_size_grows_with_content() -> None:

@@ -276,7 +276,7 @@ async def test_otlp_signals_other_than_traces_are_not_implemented(http: httpx.As
         ("POST", "/queues/rollouts/enqueue", b'{"rollouts": "many"}', 422, "rollouts"),
         ("POST", "/queues/rollouts/enqueue", b'{"rollouts": [{"input": 1, "mode": "bogus"}]}', 422, "bogus"),
         ("POST", "/queues/rollouts/dequeue", b'{"limit": "ten"}', 422, "limit"),
-        ("POST", "/rollouts/search", b'{"limit": 0}', 400, "limit"),
+        ("POST", "/rollouts/search", b'{"limit": -2}', 400, "limit"),
         ("POST", "/rollouts/search", b'{"offset": -1}', 400, "offset"),
         ("POST", "/rollouts/search", b'{"sort_by": "input"}', 400, "input"),
         ("POST", "/rollouts/search", b'{"filter_logic": "xor"}', 400, "xor"),

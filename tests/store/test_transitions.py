@@ -82,7 +82,12 @@ def test_first_span_makes_a_preparing_attempt_and_rollout_run() -> None:
 
 def test_worker_follows_its_attempt_unless_it_moved_on() -> None:
     done = attempt("succeeded", worker_id="w-1")
-    assert transitions.worker_release_changes(done, NOW, None) == {"status": "idle", "last_idle_time": NOW}
+    assert transitions.worker_release_changes(done, NOW, None) == {
+        "status": "idle",
+        "last_idle_time": NOW,
+        "current_rollout_id": None,
+        "current_attempt_id": None,
+    }
     assert transitions.worker_release_changes(attempt("unresponsive", worker_id="w-1"), NOW, "at-1") == {
         "status": "unknown"
     }

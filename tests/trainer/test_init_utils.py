@@ -55,9 +55,17 @@ def test_optional_default_factories_are_called_lazily() -> None:
     assert calls == [1]
 
 
-def test_var_keyword_constructors_receive_optional_defaults() -> None:
-    widget = build(FancyWidget, optional_defaults={"color": "blue"})
-    assert isinstance(widget, FancyWidget) and widget.color == "blue"
+def test_var_keyword_constructors_get_only_the_optional_defaults_they_name() -> None:
+    # FancyWidget takes only **kwargs: it names nothing, so nothing is injected (v0.3 behaviour).
+    widget = build(FancyWidget, optional_defaults={"color": "blue", "unknown": 1})
+    assert isinstance(widget, FancyWidget) and widget.color == "red"
+
+    class NamedAndKwargs(Widget):
+        def __init__(self, color: str = "red", **kwargs: Any) -> None:
+            super().__init__(color=color, **kwargs)
+
+    named = build(NamedAndKwargs, optional_defaults={"color": "blue", "size": 5})
+    assert (named.color, named.size) == ("blue", 1)
 
 
 def test_factory_is_called() -> None:
@@ -78,6 +86,23 @@ def test_dict_spec_with_type_and_kwargs() -> None:
     assert (widget.size, widget.color) == (7, "green")
     widget = build({"type": Widget, "color": "black"})
     assert widget.color == "black"
+
+
+def test_dict_spec_may_name_its_class_with_name() -> None:
+    widget = build({"name": "fancy", "size": 3}, registry=REGISTRY)
+    assert type(widget) is FancyWidget and widget.size == 3
+    assert type(build({"name": f"{__name__}.Widget"})) is Widget
+    # "type" still wins, and a "name" that names no component stays a constructor argument.
+
+    class Named(Widget):
+        def __init__(self, name: str = "", **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.name = name
+
+    by_type = build({"type": Named, "name": "fancy"}, registry=REGISTRY)
+    assert type(by_type) is Named and by_type.name == "fancy"
+    default_cls = build({"name": "plain", "size": 4}, dict_requires_type=False, dict_default_cls=Named)
+    assert type(default_cls) is Named and (default_cls.name, default_cls.size) == ("plain", 4)
 
 
 def test_dict_spec_without_type() -> None:

@@ -14,10 +14,10 @@ from agentlightning.adapter import TracerTraceToTriplet
 from agentlightning.algorithm import Baseline, algo
 from agentlightning.algorithm.base import Algorithm
 from agentlightning.execution import ClientServerExecutionStrategy, SharedMemoryExecutionStrategy
-from agentlightning.runner import LitAgentRunner
+from agentlightning.runner import Hook, LitAgentRunner
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer.otel import OtelTracer
-from agentlightning.types import Hook, NamedResources, PromptTemplate, Rollout
+from agentlightning.types import NamedResources, PromptTemplate, Rollout
 from tests.execution.conftest import pick_free_port
 
 AGENTOPS_INSTALLED = importlib.util.find_spec("agentops") is not None
@@ -67,7 +67,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(trainer.strategy, ClientServerExecutionStrategy)
     assert trainer.strategy.n_runners == 1 and trainer.strategy.server_port == 4747
     assert isinstance(trainer.store, InMemoryLightningStore)
-    assert trainer.store.capabilities["thread_safe"] is True
+    assert trainer.store.capabilities.get("thread_safe") is True
     assert isinstance(trainer.runner, LitAgentRunner) and trainer.runner.tracer is trainer.tracer
     assert trainer.algorithm is None and trainer.llm_proxy is None and trainer.hooks == ()
     assert trainer.n_runners == 1 and trainer.max_rollouts is None

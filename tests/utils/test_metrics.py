@@ -69,3 +69,27 @@ def test_multi_backend_fans_out() -> None:
     assert find_prometheus_backend(first) is None
     with pytest.raises(ValueError, match="at least one"):
         MultiMetricsBackend([])
+
+
+def test_console_backend_window_seconds_summarises_recent_observations_only() -> None:
+    now = [100.0]
+    console = ConsoleMetricsBackend(log_interval_seconds=3600, window_seconds=10, clock=lambda: now[0])
+    assert console.window_seconds == 10
+    console.observe_histogram("agl.http.latency", 5.0)
+    now[0] += 6
+    console.observe_histogram("agl.http.latency", 1.0)
+    console.inc_counter("agl.http.total")
+    summary = console.snapshot()["histograms"]["agl.http.latency"][""]
+    assert (summary["count"], summary["max"], summary["min"]) == (2, 5.0, 1.0)
+    now[0] += 5  # the first observation is now 11 s old
+    summary = console.snapshot()["histograms"]["agl.http.latency"][""]
+    assert (summary["count"], summary["mean"]) == (1, 1.0)
+    now[0] += 60
+    assert console.snapshot()["histograms"]["agl.http.latency"][""]["count"] == 0
+    assert console.snapshot()["counters"]["agl.http.total"][""] == 1.0  # counters stay totals
+
+
+def test_console_backend_rejects_a_bad_window() -> None:
+    for bad in (0, -1.0, True):
+        with pytest.raises(ValueError, match="window_seconds"):
+            ConsoleMetricsBackend(window_seconds=bad)

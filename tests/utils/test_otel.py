@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 from typing import cast
 
 import pytest
@@ -10,15 +13,23 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from agentlightning.semconv import LinkPydanticModel
 from agentlightning.types import Span
 from agentlightning.utils.otel import (
+    check_attributes_sanity,
+    describe_tracer_provider,
     extract_links_from_attributes,
+    extract_tags_from_attributes,
     filter_and_unflatten_attributes,
+    filter_attributes,
     flatten_attributes,
     format_exception_attributes,
+    full_qualified_name,
     get_tracer,
+    get_tracer_provider,
     make_link_attributes,
     make_tag_attributes,
     query_linked_spans,
+    sanitize_attribute_value,
     sanitize_attributes,
+    sanitize_list_attribute_sanity,
     unflatten_attributes,
 )
 
@@ -26,13 +37,15 @@ from agentlightning.utils.otel import (
 def test_flatten_and_unflatten_round_trip() -> None:
     nested = {"a": {"b": 1, "c": [{"d": "x"}, {"d": "y"}]}, "e": [1, 2]}
     flat = flatten_attributes(nested)
-    assert flat == {"a.b": 1, "a.c.0.d": "x", "a.c.1.d": "y", "e.0": 1, "e.1": 2}
+    assert flat == {"a.b": 1, "a.c.0.d": "x", "a.c.1.d": "y", "e": [1, 2]}
     assert unflatten_attributes(flat) == nested
 
 
-def test_flatten_can_keep_primitive_lists_as_leaves() -> None:
-    flat = flatten_attributes({"ids": [1, 2], "msgs": [{"role": "user"}]}, expand_leaf_lists=False)
-    assert flat == {"ids": [1, 2], "msgs.0.role": "user"}
+def test_flatten_keeps_homogeneous_primitive_lists_and_expands_the_others() -> None:
+    flat = flatten_attributes({"ids": [1, 2], "tags": ["a"], "msgs": [{"role": "user"}], "mixed": [1, "a", True]})
+    assert flat == {"ids": [1, 2], "tags": ["a"], "msgs.0.role": "user", "mixed.0": 1, "mixed.1": "a", "mixed.2": True}
+    assert flatten_attributes({"flags": [True, 1]}) == {"flags.0": True, "flags.1": 1}  # bool and int differ
+    assert flatten_attributes({"ids": [1, 2]}, expand_leaf_lists=True) == {"ids.0": 1, "ids.1": 2}
 
 
 def test_flatten_rejects_bare_values() -> None:
@@ -106,8 +119,125 @@ def test_query_linked_spans_on_readable_spans() -> None:
 
 
 def test_get_tracer_returns_a_usable_tracer() -> None:
-    with get_tracer("agentlightning.tests").start_as_current_span("noop") as span:
-        span.set_attribute("k", 1)
+    from agentlightning.tracer.otel import OtelTracer
+
+    tracer = OtelTracer(instrument_openai=False)
+    tracer.init_worker(0)
+    try:
+        with get_tracer("agentlightning.tests").start_as_current_span("noop") as span:
+            span.set_attribute("k", 1)
+            assert span.get_span_context().is_valid
+    finally:
+        tracer.teardown_worker(0)
+
+
+def test_get_tracer_raises_before_a_provider_is_set_up() -> None:
+    # A fresh interpreter: the global provider can be set only once per process.
+    code = (
+        "from agentlightning.utils.otel import get_tracer, get_tracer_provider\n"
+        "for call in (get_tracer, lambda: get_tracer_provider(inspect=False)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except RuntimeError as exc:\n"
+        "        assert 'SDK TracerProvider' in str(exc), exc\n"
+        "    else:\n"
+        "        raise SystemExit('no error')\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "provider = TracerProvider()\n"
+        "trace.set_tracer_provider(provider)\n"
+        "assert get_tracer_provider() is provider\n"
+        "assert get_tracer('x').start_span('s').get_span_context().is_valid\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_get_tracer_provider_inspect_logs_processors_and_exporters(caplog: pytest.LogCaptureFixture) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    assert describe_tracer_provider(provider) == [
+        "opentelemetry.sdk.trace.export.SimpleSpanProcessor -> "
+        "opentelemetry.sdk.trace.export.in_memory_span_exporter.InMemorySpanExporter"
+    ]
+    from agentlightning.tracer.otel import OtelTracer
+
+    tracer = OtelTracer(instrument_openai=False)
+    tracer.init_worker(0)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="agentlightning.utils.otel"):
+            get_tracer_provider(inspect=True)
+            assert "span processors" in caplog.text
+            caplog.clear()
+            get_tracer_provider(inspect=False)
+            assert caplog.text == ""
+    finally:
+        tracer.teardown_worker(0)
+
+
+# ---- the documented helpers (v0.3) ----
+
+
+class _Local:
+    def method(self) -> None: ...
+
+
+def test_full_qualified_name() -> None:
+    assert full_qualified_name(_Local) == f"{__name__}._Local"
+    assert full_qualified_name(_Local()) == f"{__name__}._Local"
+    assert full_qualified_name(_Local.method) == f"{__name__}._Local.method"
+    assert full_qualified_name(3) == "int" and full_qualified_name(dict) == "dict"
+    assert full_qualified_name(TracerProvider) == "opentelemetry.sdk.trace.TracerProvider"
+
+
+def test_sanitize_attribute_value_and_list_sanity() -> None:
+    assert sanitize_attribute_value("x") == "x" and sanitize_attribute_value(2.5) == 2.5
+    assert sanitize_attribute_value((1, 2)) == [1, 2]
+    assert sanitize_attribute_value({"k": 1}) == '{"k": 1}'
+    assert sanitize_attribute_value([1, "a"]) == '[1, "a"]'
+    with pytest.raises(ValueError, match="field: dict"):
+        sanitize_attribute_value({"k": 1}, force=False, key="field")
+    with pytest.raises(ValueError, match="one type, found int, str"):
+        sanitize_attribute_value([1, "a"], force=False)
+    assert sanitize_list_attribute_sanity([]) == [] and sanitize_list_attribute_sanity(("a", "b")) == ["a", "b"]
+    with pytest.raises(ValueError, match="ids: .*dict"):
+        sanitize_list_attribute_sanity([1, {"x": 1}], key="ids")
+    with pytest.raises(ValueError, match="one type, found bool, int"):
+        sanitize_list_attribute_sanity([True, 1])
+
+
+def test_sanitize_attributes_force_false_rejects_instead_of_encoding() -> None:
+    assert sanitize_attributes({"a": 1, "b": None, "l": ["x"]}, force=False) == {"a": 1, "l": ["x"]}
+    with pytest.raises(ValueError, match="d: dict"):
+        sanitize_attributes({"a": 1, "d": {"k": 1}}, force=False)
+
+
+def test_check_attributes_sanity() -> None:
+    check_attributes_sanity({"a.b": 1, "a.c": [1, 2], "s": "x"})
+    with pytest.raises(ValueError, match="'a' is both a value and a prefix"):
+        check_attributes_sanity({"a": 1, "a.b": 2})
+    with pytest.raises(ValueError, match="x: None"):
+        check_attributes_sanity({"x": None})
+    with pytest.raises(ValueError, match="d: dict"):
+        check_attributes_sanity({"d": {"k": 1}})
+    with pytest.raises(ValueError, match="non-empty str"):
+        check_attributes_sanity({"": 1})
+
+
+def test_extract_tags_and_filter_attributes() -> None:
+    attributes = {**make_tag_attributes(["fast", "eval", "x"]), "agentlightning.tag.other": "no", "k": 1}
+    assert extract_tags_from_attributes(attributes) == ["fast", "eval", "x"]
+    assert extract_tags_from_attributes({"agentlightning.tag.10": "b", "agentlightning.tag.2": "a"}) == ["a", "b"]
+    assert filter_attributes(
+        {"gen_ai.prompt.0.role": "u", "gen_ai.prompt": "p", "gen_ai.promptx": 1}, "gen_ai.prompt"
+    ) == {
+        "gen_ai.prompt.0.role": "u",
+        "gen_ai.prompt": "p",
+    }
 
 
 def test_get_tracer_provider_is_the_provider_the_otel_tracer_uses() -> None:

@@ -17,13 +17,18 @@ from .._backend import BackendLightningStore
 from ..utils import assign_sequence_ids, count_unsequenced_spans, unhealthy_attempt_status
 from .base import LightningCollections
 
-__all__ = ["CollectionStoreSteps", "LATEST_RESOURCES_KEY", "by_rollout", "plain"]
+__all__ = ["CollectionStoreSteps", "LATEST_RESOURCES_KEY", "by_rollout", "plain", "span_key"]
 
 LATEST_RESOURCES_KEY = "latest_resources_id"
 
 
 def plain(rollout: Rollout) -> Rollout:
     return rollout.model_copy()
+
+
+def span_key(span: Span) -> tuple[str, str, str]:
+    """What identifies a stored span: a second span with the same key is a duplicate."""
+    return (span.rollout_id, span.attempt_id, span.span_id)
 
 
 def by_rollout(rollout_id: str) -> FilterOptions:
@@ -171,10 +176,17 @@ class CollectionStoreSteps(BackendLightningStore):
     # ---- spans: the hooks a backend may refine (memory accounting, eviction) ----
 
     async def _store_spans(self, c: LightningCollections, spans: list[Span]) -> list[Span]:
-        """Persist validated spans; returns those actually stored. Re-adding a span id replaces it."""
+        """Persist validated spans; returns those actually stored.
+
+        A span whose `(rollout_id, attempt_id, span_id)` is already stored is a duplicate: it is skipped
+        (the first write wins) and left out of the result, so `add_span` returns None for it.
+        """
+        stored: list[Span] = []
         for span in spans:
-            await c.spans.upsert(span)
-        return spans
+            if await c.spans.get(span_key(span)) is None:
+                await c.spans.insert(span)
+                stored.append(span)
+        return stored
 
     async def _check_spans_readable(self, c: LightningCollections, rollout_id: str) -> None:
         """Raise when this rollout's spans can no longer be served (e.g. evicted)."""

@@ -9,7 +9,7 @@ Calls that only check arguments and delegate (enqueue, dequeue, waits, resources
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Generic, Optional, TypeVar, Union
 
 from agentlightning.types import (
     Attempt,
@@ -38,11 +38,16 @@ from .base import LightningCollections
 from .steps import LATEST_RESOURCES_KEY, CollectionStoreSteps, by_rollout, plain
 from .tracking import tracked
 
-__all__ = ["CollectionBasedLightningStore"]
+__all__ = ["CollectionBasedLightningStore", "T_Collections"]
+
+T_Collections = TypeVar("T_Collections", bound=LightningCollections)
 
 
-class CollectionBasedLightningStore(CollectionStoreSteps):
+class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]):
     """The full store contract on top of any `LightningCollections` backend.
+
+    Generic over the collections type, so `CollectionBasedLightningStore[InMemoryLightningCollections]`
+    types `store.collections` precisely.
 
     Args:
         collections: where the data lives.
@@ -54,14 +59,14 @@ class CollectionBasedLightningStore(CollectionStoreSteps):
 
     def __init__(
         self,
-        collections: LightningCollections,
+        collections: T_Collections,
         *,
         read_snapshot: bool = False,
         tracker: Any = None,
         scan_debounce_seconds: float = 10.0,
         clock: Optional[Clock] = None,
     ) -> None:
-        self.collections = collections
+        self.collections: T_Collections = collections
         self._read_snapshot = read_snapshot
         self._start_machinery(clock=clock, tracker=tracker, scan_debounce_seconds=scan_debounce_seconds)
 

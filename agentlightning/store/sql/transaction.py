@@ -336,7 +336,11 @@ class StoreTransaction:
     # ---- spans ----
 
     async def insert_spans(self, spans: list[Span]) -> list[Span]:
-        """Validate, store (re-adding a span id replaces it), raise sequence floors, and heartbeat attempts."""
+        """Validate, store new spans, raise sequence floors, and heartbeat attempts; returns the spans stored.
+
+        A span whose `(rollout_id, attempt_id, span_id)` is already stored (or earlier in the batch) is a
+        duplicate: skipped, first write wins, still a heartbeat of its attempt.
+        """
         records: dict[str, RolloutRecord] = {}
         attempts: dict[tuple[str, str], Attempt] = {}
         # Validate everything first so a bad span in a batch writes nothing; lock rollouts before attempts.
@@ -357,13 +361,19 @@ class StoreTransaction:
                 "DO UPDATE SET last_value = {greatest}(s.last_value, excluded.last_value)",
                 sorted(floors.items()),
             )
+        spans = await self.drop_duplicate_spans(spans)
         spans = await self.allocate_sequence_ids(spans)
+        if spans:
+            await self.insert_span_rows(spans)
+        for key in sorted(attempts):
+            await self.heartbeat_from_span(records[key[0]], attempts[key])
+        return spans
+
+    async def insert_span_rows(self, spans: list[Span]) -> None:
         await self.tx.executemany(
             "INSERT INTO {spans} (rollout_id, attempt_id, sequence_id, trace_id, span_id, parent_id, name, "
             "start_time, end_time, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (rollout_id, attempt_id, span_id) DO UPDATE SET sequence_id = excluded.sequence_id, "
-            "trace_id = excluded.trace_id, parent_id = excluded.parent_id, name = excluded.name, "
-            "start_time = excluded.start_time, end_time = excluded.end_time, data = excluded.data",
+            "ON CONFLICT (rollout_id, attempt_id, span_id) DO NOTHING",
             [
                 (
                     s.rollout_id,
@@ -380,9 +390,31 @@ class StoreTransaction:
                 for s in spans
             ],
         )
-        for key in sorted(attempts):
-            await self.heartbeat_from_span(records[key[0]], attempts[key])
-        return spans
+
+    async def drop_duplicate_spans(self, spans: list[Span]) -> list[Span]:
+        """The spans whose key is neither stored yet nor repeated earlier in the batch."""
+        by_attempt: dict[tuple[str, str], list[str]] = {}
+        for span in spans:
+            by_attempt.setdefault((span.rollout_id, span.attempt_id), []).append(span.span_id)
+        seen: set[tuple[str, str, str]] = set()
+        for (rollout_id, attempt_id), span_ids in by_attempt.items():
+            unique = sorted(set(span_ids))
+            for start in range(0, len(unique), 500):  # stay far below SQLite's bound-parameter limit
+                chunk = unique[start : start + 500]
+                rows = await self.tx.fetchall(
+                    "SELECT span_id FROM {spans} WHERE rollout_id = ? AND attempt_id = ? AND span_id IN ("
+                    + ", ".join("?" * len(chunk))
+                    + ")",
+                    (rollout_id, attempt_id, *chunk),
+                )
+                seen.update((rollout_id, attempt_id, row[0]) for row in rows)
+        fresh: list[Span] = []
+        for span in spans:
+            key = (span.rollout_id, span.attempt_id, span.span_id)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(span)
+        return fresh
 
     async def allocate_sequence_ids(self, spans: list[Span]) -> list[Span]:
         """Give spans without a sequence id (`<= 0`) the next ids of their rollout, in batch order."""
