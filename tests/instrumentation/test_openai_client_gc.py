@@ -6,8 +6,8 @@ garbage collector then takes the client, the socket's finalizer closes the file 
 `AsyncHttpxClientWrapper.__del__` schedules `aclose()` on the running loop. The next connection the loop
 opens gets the same descriptor number; the scheduled `aclose()` then aborts the old transport, whose
 `_remove_reader(fd)` unregisters the *new* connection's reader: the response sits in the socket buffer
-and the request waits forever. This test builds exactly that sequence (the server closes each connection
-right after answering, and the freed descriptor is the lowest one, so the kernel hands it out again).
+and the request waits forever. This test builds exactly that sequence (the server half-closes each connection
+right after answering, and the new socket is placed on the freed descriptor number).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import socket
 from collections.abc import AsyncIterator
 
@@ -90,12 +91,17 @@ async def test_a_leaked_client_leaves_the_reused_descriptor_alone(base_url: str)
     await asyncio.sleep(0.3)  # the server hangs up; asyncio stops reading the idle socket
     gc.collect()  # the socket's finalizer frees its descriptor; nothing may touch that number afterwards
     host, port = base_url.split("//")[1].split("/")[0].split(":")
-    # A new connection on the same loop, registered before the loop runs again: it gets the same number.
-    sock = socket.create_connection((host, int(port)))
+    with pytest.raises(OSError):
+        os.fstat(old_fd)  # the collected socket closed its descriptor
+    # A new connection on the same loop, registered before the loop runs again, under the same number (the
+    # kernel hands out the lowest free one; dup2 makes that certain whatever else this process has open).
+    fresh = socket.create_connection((host, int(port)))
+    os.dup2(fresh.fileno(), old_fd)
+    fresh.close()
+    sock = socket.socket(fileno=old_fd)
     loop = asyncio.get_running_loop()
     readable = asyncio.Event()
     try:
-        assert sock.fileno() == old_fd, "the kernel did not reuse the descriptor; the race cannot be built"
         loop.add_reader(sock.fileno(), readable.set)
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
         # Without the fix, the leaked client's scheduled aclose() unregisters this reader: no wake-up ever.
