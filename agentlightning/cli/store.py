@@ -142,7 +142,8 @@ def build_store(args: argparse.Namespace, tracker: Any = None) -> Any:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.dashboard import dashboard_router
+    from agentlightning.store_http.server import LightningStoreServer
 
     tracker = build_tracker(args.tracker)
     store = build_store(args, tracker)
@@ -156,6 +157,7 @@ async def _serve(args: argparse.Namespace) -> None:
             n_workers=args.n_workers,
             tracker=tracker,
             auth_token=args.auth_token,
+            routers=[dashboard_router()],
         )
         await server.start()
         auth = "bearer token required" if server.auth_token else "no auth token"

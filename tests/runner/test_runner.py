@@ -16,9 +16,9 @@ from agentlightning.emitter import emit_message, get_reward_value
 from agentlightning.litagent import LitAgent, prompt_rollout
 from agentlightning.runner import LitAgentRunner, Runner
 from agentlightning.store.base import UNSET, LightningStore
-from agentlightning.store.client import LightningStoreClient
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.store.server import LightningStoreServer
+from agentlightning.store_http.client import LightningStoreClient
+from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.tracer import DummyTracer
 from agentlightning.tracer.base import get_active_tracer
 from agentlightning.tracer.otel import OtelTracer

@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlightning.utils.metrics import MetricsBackend
 
-from ._http_errors import error_body
+from .errors import error_body
 
 __all__ = ["BearerAuthMiddleware", "HttpMetricsMiddleware", "prometheus_app"]
 

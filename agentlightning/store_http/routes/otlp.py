@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from agentlightning.store.base import LightningStore
 from agentlightning.types import Span
 from agentlightning.utils.otlp import (
     OtlpSpan,
@@ -19,20 +20,20 @@ from agentlightning.utils.otlp import (
     parse_export_trace_request,
 )
 
-from ._http_bodies import StoreRoute, attempts_exist, missing_or
-from ._http_errors import HTTPError
-from .base import LightningStore
+from ..bodies import StoreRoute, attempts_exist, missing_or
+from ..context import store_of
+from ..errors import HTTPError
 
 __all__ = ["build_otlp_router"]
 
 
 def build_otlp_router() -> APIRouter:
-    """OTLP routes; the store is the one of the app serving each request (`request.app.state.agl_store`)."""
-    otlp = APIRouter(prefix="/v1", route_class=StoreRoute)
+    """OTLP routes; the store is the one of the app serving each request."""
+    otlp = APIRouter(prefix="/v1", route_class=StoreRoute, tags=["otlp"])
 
     @otlp.post("/traces")
     async def ingest_traces(request: Request) -> Response:
-        store: LightningStore = request.app.state.agl_store
+        store = store_of(request)
         content_type = request.headers.get("content-type", "")
         encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
         if not (is_protobuf_content_type(content_type) or is_json_content_type(content_type)):

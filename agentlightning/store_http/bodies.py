@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from agentlightning.store.base import LightningStore
+from agentlightning.store.utils import check_pagination, check_sort
 from agentlightning.types import EnqueueRolloutRequest, RolloutConfig
 
-from ._http_errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
-from .base import LightningStore
-from .utils import check_pagination, check_sort
+from .errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
 
 __all__ = [
     "JSON_MEDIA_TYPE",

@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import pickle
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, Request
+from starlette.staticfiles import StaticFiles
 
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agentlightning.types import LLM, PromptTemplate, Span
 from agentlightning.utils.metrics import ConsoleMetricsBackend, PrometheusMetricsBackend
-
-from .factories import make_span
+from agentlightning.utils.server_launcher import PythonServerLauncher
+from tests.store.factories import make_span
 
 API = "/v1/agl"
 
@@ -116,9 +120,17 @@ async def test_attempt_paths(http: httpx.AsyncClient) -> None:
     aid = latest.json()["attempt_id"]
     updated = await http.post(f"{API}/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"})
     assert updated.status_code == 200 and updated.json()["status"] == "succeeded"
-    cleared = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={"metadata": None})
-    assert cleared.status_code == 200 and cleared.json()["metadata"] is None
+    cleared = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={"worker_id": None})
+    assert cleared.status_code == 200 and cleared.json()["worker_id"] is None
     assert (await http.get(f"{API}/rollouts/{rid}")).json()["status"] == "succeeded"
+
+
+async def test_update_attempt_refuses_null_heartbeat_time_and_metadata(http: httpx.AsyncClient) -> None:
+    """As in v0.3: these fields take a value or are left out; null is a 400 naming the field."""
+    rid = (await started_rollout(http))["rollout_id"]
+    for field in ("last_heartbeat_time", "metadata"):
+        response = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={field: None})
+        assert response.status_code == 400 and field in response.json()["detail"], response.text
 
 
 async def test_worker_paths(http: httpx.AsyncClient) -> None:
@@ -337,7 +349,6 @@ async def test_unknown_ids_get_404_with_detail(http: httpx.AsyncClient) -> None:
         ("POST", "/rollouts/ro-missing/attempts", {}),
         ("GET", "/rollouts/ro-missing/attempts/latest", None),
         ("POST", f"/rollouts/{rid}/attempts/at-missing", {"status": "running"}),
-        ("GET", "/workers/w-missing", None),
         ("GET", "/resources/rs-missing", None),
         ("POST", "/spans/next", {"rollout_id": "ro-missing", "attempt_id": "at-missing"}),
         ("POST", "/spans", make_span("ro-missing", "at-missing", 1).model_dump()),
@@ -347,6 +358,20 @@ async def test_unknown_ids_get_404_with_detail(http: httpx.AsyncClient) -> None:
         assert response.status_code == 404, (path, response.text)
         assert "missing" in response.json()["detail"], path
     await assert_still_serving(http)
+
+
+async def test_unknown_worker_is_200_null(http: httpx.AsyncClient, inner: InMemoryLightningStore) -> None:
+    """As in v0.3: an unknown worker id is not an error; the client reads the null as None."""
+    response = await http.get(f"{API}/workers/w-missing")
+    assert response.status_code == 200 and response.json() is None
+    client = LightningStoreClient(str(http.base_url), retry_delays=(), health_retry_delays=())
+    try:
+        assert await client.get_worker_by_id("w-missing") is None
+        await client.update_worker("w-1")
+        worker = await client.get_worker_by_id("w-1")
+        assert worker is not None and worker.worker_id == "w-1"
+    finally:
+        await client.close()
 
 
 async def test_unexpected_errors_are_500_with_traceback() -> None:
@@ -542,16 +567,62 @@ async def test_span_model_roundtrip_keeps_extra_fields(server: LightningStoreSer
         await client.close()
 
 
-async def test_dashboard_files_are_served_without_token(inner: InMemoryLightningStore) -> None:
-    srv = LightningStoreServer(inner, port=0, auth_token="t")
+async def test_extra_routers_are_served_and_their_pages_are_public(
+    inner: InMemoryLightningStore, tmp_path: Path
+) -> None:
+    (tmp_path / "index.html").write_text("<h1>pages</h1>")
+    extra = APIRouter(prefix=API)
+
+    @extra.get("/extra/count")
+    async def count(request: Request) -> dict[str, int]:
+        store = request.app.state.agl_store
+        return {"rollouts": len(await store.query_rollouts())}
+
+    extra.mount("/", StaticFiles(directory=str(tmp_path), html=True))
+    srv = LightningStoreServer(inner, port=0, auth_token="t", routers=[extra])
     await srv.start()
     try:
         async with httpx.AsyncClient(base_url=srv.endpoint) as http:
             page = await http.get("/")
-            assert page.status_code == 200 and "Agent Lightning" in page.text
+            assert page.status_code == 200 and "pages" in page.text
+            assert (await http.get(f"{API}/extra/count")).status_code == 401
+            auth = {"Authorization": "Bearer t"}
+            assert (await http.get(f"{API}/extra/count", headers=auth)).json() == {"rollouts": 0}
             assert (await http.get(f"{API}/rollouts")).status_code == 401
     finally:
         await srv.stop()
+
+
+async def test_without_extra_routers_nothing_but_the_api_is_served(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            assert (await http.get("/")).status_code == 404
+            assert (await http.get(f"{API}/dashboard/info")).status_code == 404
+    finally:
+        await srv.stop()
+
+
+def test_the_store_packages_do_not_import_the_dashboard() -> None:
+    code = (
+        "import sys; from agentlightning.store import InMemoryLightningStore, LightningStoreServer; "
+        "LightningStoreServer(InMemoryLightningStore(), port=0); "
+        "assert not [m for m in sys.modules if m.startswith('agentlightning.dashboard')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_server_exposes_its_launcher(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0)
+    launcher = srv.server_launcher
+    assert isinstance(launcher, PythonServerLauncher)
+    await srv.start()
+    try:
+        assert launcher.is_running() and srv.endpoint == launcher.access_endpoint
+    finally:
+        await srv.stop()
+    assert pickle.loads(pickle.dumps(srv)).server_launcher is None
 
 
 async def test_mp_launch_with_a_store_shared_across_processes(tmp_path: Path) -> None:

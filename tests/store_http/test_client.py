@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
-from agentlightning.store._http_errors import (
+from agentlightning.store_http.errors import (
     LightningStoreAuthError,
     LightningStoreNotFoundError,
     LightningStoreRequestError,
@@ -164,7 +164,7 @@ async def test_connection_refused_is_retried_then_raised(caplog: pytest.LogCaptu
     client = LightningStoreClient(
         f"http://127.0.0.1:{pick_free_port()}", retry_delays=(0.01, 0.01), health_retry_delays=()
     )
-    with caplog.at_level(logging.INFO, logger="agentlightning.store.client"):
+    with caplog.at_level(logging.INFO, logger="agentlightning.store_http.client"):
         with pytest.raises(aiohttp.ClientConnectorError):
             await client.statistics()
     assert "retry 1/2" in caplog.text and "retry 2/2" in caplog.text
@@ -206,7 +206,7 @@ async def test_dropped_connections_are_retried() -> None:
 
 async def test_dequeue_swallows_errors_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
     client = LightningStoreClient(f"http://127.0.0.1:{pick_free_port()}", retry_delays=(), health_retry_delays=())
-    with caplog.at_level(logging.WARNING, logger="agentlightning.store.client"):
+    with caplog.at_level(logging.WARNING, logger="agentlightning.store_http.client"):
         assert await client.dequeue_rollout(worker_id="w") is None
         assert await client.dequeue_rollout(worker_id="w") is None
     warnings = [r for r in caplog.records if "dequeue_rollout" in r.getMessage()]
@@ -306,8 +306,10 @@ async def test_store_errors_keep_their_family(served: LightningStoreClient) -> N
 # ---- the client object itself ----
 
 
-def test_addresses_are_normalised() -> None:
-    assert LightningStoreClient("http://h:1/v1/agl/").server_address == "http://h:1"
+def test_server_address_is_the_api_base_whichever_form_is_given() -> None:
+    assert LightningStoreClient("http://h:1/v1/agl/").server_address == "http://h:1/v1/agl"
+    assert LightningStoreClient("http://h:1").server_address == "http://h:1/v1/agl"
+    assert pickle.loads(pickle.dumps(LightningStoreClient("http://h:1"))).server_address == "http://h:1/v1/agl"
     assert LightningStoreClient("http://h:1/").otlp_traces_endpoint() == "http://h:1/v1/traces"
     with pytest.raises(ValueError, match="http"):
         LightningStoreClient("h:1")
