@@ -39,7 +39,8 @@ class BearerAuthMiddleware:
         reason = "missing" if not provided else "invalid"
         body = error_body(
             f"{reason} bearer token: this store server requires 'Authorization: Bearer <token>' "
-            "(pass auth_token= to LightningStoreClient or set AGL_STORE_TOKEN)",
+            "(the token given to `agl store --auth-token` or AGL_STORE_TOKEN; clients pass auth_token= or set "
+            "AGL_STORE_TOKEN)",
             "AuthenticationError",
         )
         await send(

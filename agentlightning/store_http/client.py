@@ -1,8 +1,9 @@
 """`LightningStoreClient`: the `LightningStore` contract over HTTP, talking to a `LightningStoreServer`.
 
 One aiohttp session (with its connection pool) per event loop, created on first use. Transport
-errors, 5xx and 408 are retried after a health probe; other 4xx raise at once with the server's
-message, as `ValueError` / `KeyError` like an in-process store would.
+errors, 5xx and 408 are retried within a time budget (see `retry`), long enough to ride out a server
+restart; other 4xx raise at once with the server's message, as `ValueError` / `KeyError` /
+`PermissionError` like an in-process store would.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, Union
 from urllib.parse import quote
@@ -37,7 +39,14 @@ from agentlightning.types import (
 )
 
 from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
-from .errors import NOT_FOUND_ERROR_TYPE, LightningStoreNotFoundError, exception_from_response
+from .errors import (
+    NOT_FOUND_ERROR_TYPE,
+    LightningStoreNotFoundError,
+    LightningStoreServerError,
+    LightningStoreUnavailableError,
+    exception_from_response,
+)
+from .retry import RETRY_BUDGET_ENV, RetryBackoff, retry_budget_from_env
 
 __all__ = ["LightningStoreClient"]
 
@@ -137,9 +146,12 @@ _ENDPOINTS: dict[str, _Endpoint] = {
 class LightningStoreClient(ForwardingLightningStore):
     """A store living behind the server at `server_address` (e.g. `http://127.0.0.1:4747`).
 
-    Retries follow `retry_delays` (seconds between attempts), each preceded by health probes spaced by
-    `health_retry_delays`; a server that never answers the probe ends the retries. Empty tuples disable
-    retries / probes. `auth_token` (or env `AGL_STORE_TOKEN`) is sent as a bearer token.
+    Failed requests (transport errors, 5xx, 408) are sent again with jittered exponential backoff for
+    up to `retry_budget` seconds (default 60, env `AGL_STORE_RETRY_BUDGET`; 0 disables retries); then
+    a transport failure raises `LightningStoreUnavailableError` naming the server. `retry_delays`
+    replaces the backoff with a fixed schedule; with `health_retry_delays` each retry first probes
+    `/health` and a server that never answers ends the retries. `auth_token` (or env `AGL_STORE_TOKEN`)
+    is sent as a bearer token.
 
     `server_address` is the API base, `http://host:port/v1/agl` (as in v0.3), whichever form was given.
     Contract methods without an entry in `_ENDPOINTS` below are written out where they need more than
@@ -153,8 +165,9 @@ class LightningStoreClient(ForwardingLightningStore):
         self,
         server_address: str,
         *,
-        retry_delays: Sequence[float] = (1.0, 2.0, 5.0),
-        health_retry_delays: Sequence[float] = (0.1, 0.2, 0.5),
+        retry_budget: Optional[float] = None,
+        retry_delays: Optional[Sequence[float]] = None,
+        health_retry_delays: Sequence[float] = (),
         request_timeout: float = 30.0,
         connection_timeout: float = 5.0,
         auth_token: Optional[str] = None,
@@ -167,7 +180,10 @@ class LightningStoreClient(ForwardingLightningStore):
                 f"server_address must be an http(s) URL like 'http://127.0.0.1:4747', got {server_address!r}"
             )
         self.server_root = root
-        self.retry_delays: tuple[float, ...] = tuple(retry_delays)
+        self.retry_budget = retry_budget_from_env() if retry_budget is None else float(retry_budget)
+        if not self.retry_budget >= 0:
+            raise ValueError(f"retry_budget must be >= 0 seconds, got {retry_budget!r}")
+        self.retry_delays: Optional[tuple[float, ...]] = None if retry_delays is None else tuple(retry_delays)
         self.health_retry_delays: tuple[float, ...] = tuple(health_retry_delays)
         self.request_timeout = request_timeout
         self.connection_timeout = connection_timeout
@@ -184,13 +200,13 @@ class LightningStoreClient(ForwardingLightningStore):
         self._health_url = self._api + "/health"
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._sessions_lock = threading.Lock()
-        self._dequeue_failing = False
         self._resources = ResourcesHints()
         self._timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connection_timeout)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
             "server_root": self.server_root,
+            "retry_budget": self.retry_budget,
             "retry_delays": self.retry_delays,
             "health_retry_delays": self.health_retry_delays,
             "request_timeout": self.request_timeout,
@@ -291,6 +307,7 @@ class LightningStoreClient(ForwardingLightningStore):
         data = None if payload is None else _ANY.dump_json(payload, serialize_as_any=True)
         headers = request_headers or (_JSON_HEADERS if data is not None else None)
         attempt = 0
+        started = time.monotonic()
         while True:
             try:
                 async with self._session().request(
@@ -319,17 +336,54 @@ class LightningStoreClient(ForwardingLightningStore):
                 if not ((status >= 500 and status != 501) or status == 408):
                     raise error
                 reason = f"HTTP {status}"
-            if attempt >= len(self.retry_delays):
-                raise error
+            elapsed = time.monotonic() - started
+            delay = self._retry_delay(attempt, elapsed)
+            if delay is None:
+                raise self._gave_up(error, method, url, attempt + 1, elapsed)
             if self.health_retry_delays and not await self._probe_health():
                 logger.warning("%s %s failed (%s) and the store server is not healthy; giving up", method, url, reason)
-                raise error
-            delay = self.retry_delays[attempt]
+                raise self._gave_up(error, method, url, attempt + 1, time.monotonic() - started)
             attempt += 1
-            logger.info(
-                "%s %s failed (%s); retry %d/%d in %.2fs", method, url, reason, attempt, len(self.retry_delays), delay
-            )
+            if self.retry_delays is not None:
+                logger.info(
+                    "%s %s failed (%s); retry %d/%d in %.2fs",
+                    method,
+                    url,
+                    reason,
+                    attempt,
+                    len(self.retry_delays),
+                    delay,
+                )
+            else:
+                logger.info(
+                    "%s %s failed (%s); retry %d in %.2fs (%.0fs left of the %.0fs retry budget)",
+                    method,
+                    url,
+                    reason,
+                    attempt,
+                    delay,
+                    self.retry_budget - elapsed,
+                    self.retry_budget,
+                )
             await asyncio.sleep(delay)
+
+    def _retry_delay(self, retry: int, elapsed: float) -> Optional[float]:
+        """Seconds before retry number `retry`, or None to give up: the explicit delays, else the budget's backoff."""
+        if self.retry_delays is not None:
+            return self.retry_delays[retry] if retry < len(self.retry_delays) else None
+        return RetryBackoff(budget=self.retry_budget).delay(retry, elapsed)
+
+    def _gave_up(self, error: Exception, method: str, url: str, tries: int, elapsed: float) -> Exception:
+        """The error to raise once retries are over: a transport failure becomes one that names the server."""
+        if isinstance(error, LightningStoreServerError):
+            return error
+        unavailable = LightningStoreUnavailableError(
+            f"store server at {self.server_root} unreachable: {method} {url} failed {tries} time(s) over "
+            f"{elapsed:.1f}s ({type(error).__name__}: {error}); is it running? The client retries for "
+            f"retry_budget={self.retry_budget:g}s (env {RETRY_BUDGET_ENV})"
+        )
+        unavailable.__cause__ = error
+        return unavailable
 
     async def _call(self, adapter: TypeAdapter[T], method: str, path: str, payload: Any = None, **kwargs: Any) -> T:
         body = await self._request(method, path, payload, **kwargs)
@@ -397,15 +451,12 @@ class LightningStoreClient(ForwardingLightningStore):
         return await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": list(rollouts)})
 
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
-        """Claim the next rollout; on any error returns None (warning once per run of failures)."""
-        try:
-            claimed = await self._dequeue(1, worker_id)
-        except Exception as exc:
-            if not self._dequeue_failing:
-                self._dequeue_failing = True
-                logger.warning("dequeue_rollout from %s failed; returning None: %r", self.server_address, exc)
-            return None
-        self._dequeue_failing = False
+        """Claim the next rollout; None when the queue is empty.
+
+        Errors are raised, never read as an empty queue: a refused token or request at once, a server
+        that stays unreachable once the retry budget is spent.
+        """
+        claimed = await self._dequeue(1, worker_id)
         return claimed[0] if claimed else None
 
     async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:

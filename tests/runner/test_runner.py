@@ -528,6 +528,24 @@ class WriteCountingStore(InMemoryLightningStore):
         return await super().get_many_span_sequence_ids(rollout_attempt_ids)
 
 
+async def test_a_refused_token_stops_the_runner_with_an_error_naming_the_fix(tracer: OtelTracer) -> None:
+    """Not an endless idle loop on an 'empty queue': the 401 surfaces at once and the rollout stays queued."""
+    store = InMemoryLightningStore(thread_safe=True)
+    server = LightningStoreServer(store, port=0, auth_token="right")
+    await server.start()
+    client = LightningStoreClient(server.endpoint, auth_token="wrong", retry_budget=30)
+    try:
+        rollout = await store.enqueue_rollout("t")
+        runner: LitAgentRunner[Any] = LitAgentRunner(tracer, poll_interval=0.05, heartbeat_interval=0)
+        with runner.run_context(agent=ReturnAgent(1.0), store=client):
+            with pytest.raises(PermissionError, match="(?=.*AGL_STORE_TOKEN)(?=.*--auth-token)"):
+                await asyncio.wait_for(runner.iter(), timeout=20)
+        assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "queuing"  # type: ignore[union-attr]
+    finally:
+        await client.close()
+        await server.stop()
+
+
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[LightningStoreClient, WriteCountingStore]]:
     """A client of a real store server, and the store behind it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import pickle
 import subprocess
@@ -374,21 +375,25 @@ async def test_unknown_worker_is_200_null(http: httpx.AsyncClient, inner: InMemo
         await client.close()
 
 
-async def test_unexpected_errors_are_500_with_traceback() -> None:
+async def test_unexpected_errors_are_500_with_an_error_id_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     class BrokenStatistics(InMemoryLightningStore):
         async def statistics(self) -> Any:
-            raise RuntimeError("statistics exploded")
+            raise RuntimeError("statistics exploded in /secret/install/path")
 
     srv = LightningStoreServer(BrokenStatistics(), port=0)
     await srv.start()
     try:
         async with httpx.AsyncClient(base_url=srv.endpoint) as http:
-            response = await http.get(f"{API}/statistics")
+            with caplog.at_level(logging.ERROR, logger="agentlightning.store_http.errors"):
+                response = await http.get(f"{API}/statistics")
             assert response.status_code == 500
             payload = response.json()
-            assert payload["detail"] == "statistics exploded"
-            assert payload["error_type"] == "RuntimeError"
-            assert "statistics exploded" in payload["traceback"]
+            assert set(payload) == {"detail", "error_type", "error_id"}
+            assert payload["error_type"] == "InternalServerError" and "RuntimeError" in payload["detail"]
+            assert payload["error_id"] in payload["detail"]
+            assert "/secret/install/path" not in response.text and "Traceback" not in response.text
+            logged = [r for r in caplog.records if payload["error_id"] in r.getMessage()]
+            assert logged and logged[0].exc_info is not None  # the traceback stays in the server log
             await assert_still_serving(http)
     finally:
         await srv.stop()
