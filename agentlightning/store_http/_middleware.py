@@ -1,4 +1,4 @@
-"""ASGI middlewares of the store server: bearer-token auth and HTTP metrics, plus the Prometheus app."""
+"""ASGI middlewares of the store server: body size limit, bearer-token auth and HTTP metrics, plus the Prometheus app."""
 
 from __future__ import annotations
 
@@ -11,17 +11,87 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlightning.utils.metrics import MetricsBackend
 
-from .errors import error_body
+from .errors import HTTPError, error_body
+from .limits import DEFAULT_MAX_BODY_SIZE
 
-__all__ = ["BearerAuthMiddleware", "HttpMetricsMiddleware", "prometheus_app"]
+__all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
+    "BodySizeLimitMiddleware",
+    "BearerAuthMiddleware",
+    "HttpMetricsMiddleware",
+    "prometheus_app",
+]
+
+
+async def _send_json(send: Send, status: int, body: bytes, *extra_headers: tuple[bytes, bytes]) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra_headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodySizeLimitMiddleware:
+    """Pure ASGI middleware answering 413 to a request body over `max_body_size` bytes, before it is read.
+
+    A declared `Content-Length` over the limit is refused at once; a chunked body is counted as it
+    arrives and refused once past the limit, so the server never holds more than the limit per request.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        self.app = app
+        self.max_body_size = max_body_size
+
+    def _message(self, size: str) -> str:
+        return (
+            f"request body of {size} is over this store server's limit of {self.max_body_size} bytes; send less "
+            "per request (LightningStoreClient splits span batches itself) or raise the limit with "
+            "`agl store --max-body-size` / LightningStoreServer(max_body_size=...)"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                if value.isdigit() and int(value) > self.max_body_size:
+                    await _send_json(send, 413, error_body(self._message(f"{int(value)} bytes"), "PayloadTooLarge"))
+                    return
+                break
+        received = 0
+
+        async def limited_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_size:
+                    raise HTTPError(413, self._message(f"more than {received} bytes"), "PayloadTooLarge")
+            return message
+
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except HTTPError as exc:  # raised while a route outside the store's error handling read the body
+            if started or exc.status != 413:
+                raise
+            await _send_json(send, 413, error_body(exc.detail, exc.error_type))
 
 
 class BearerAuthMiddleware:
-    """Pure ASGI middleware requiring `Authorization: Bearer <token>` except on public paths."""
+    """Pure ASGI middleware requiring `Authorization: Bearer <token>` except on public paths.
+
+    The scheme name is case-insensitive (RFC 7235): `bearer <token>` is accepted too.
+    """
 
     def __init__(self, app: ASGIApp, token: str, public: Callable[[str], bool]) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
         self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -33,7 +103,8 @@ class BearerAuthMiddleware:
             if key == b"authorization":
                 provided = value
                 break
-        if hmac.compare_digest(provided, self.expected):
+        scheme, _, credentials = provided.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.expected):
             await self.app(scope, receive, send)
             return
         reason = "missing" if not provided else "invalid"
@@ -43,18 +114,7 @@ class BearerAuthMiddleware:
             "AGL_STORE_TOKEN)",
             "AuthenticationError",
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 401, body, (b"www-authenticate", b"Bearer"))
 
 
 class HttpMetricsMiddleware:

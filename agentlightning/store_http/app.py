@@ -17,7 +17,13 @@ from starlette.routing import BaseRoute, Mount
 from agentlightning.store.base import LightningStore
 from agentlightning.utils.metrics import MetricsBackend, find_prometheus_backend
 
-from ._middleware import BearerAuthMiddleware, HttpMetricsMiddleware, prometheus_app
+from ._middleware import (
+    DEFAULT_MAX_BODY_SIZE,
+    BearerAuthMiddleware,
+    BodySizeLimitMiddleware,
+    HttpMetricsMiddleware,
+    prometheus_app,
+)
 from .context import API_PREFIX, HEALTH_PATH, ServingState
 from .routes import WAIT_CAP_SECONDS, WAIT_COMPLETE_HEADER, store_routers
 
@@ -77,8 +83,16 @@ def build_store_app(
     cors_allow_origins: Optional[Sequence[str]] = None,
     tracker: Optional[MetricsBackend] = None,
     routers: Sequence[APIRouter] = (),
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    public_docs: bool = False,
 ) -> FastAPI:
-    """The complete app: REST API, OTLP ingestion, optional Prometheus metrics, then `routers` (in order)."""
+    """The complete app: REST API, OTLP ingestion, optional Prometheus metrics, then `routers` (in order).
+
+    With `auth_token`, the OpenAPI document and its pages (/openapi.json, /docs, /redoc) need the token
+    too unless `public_docs`; request bodies over `max_body_size` bytes are answered 413.
+    """
+    if max_body_size <= 0:
+        raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -105,13 +119,17 @@ def build_store_app(
     for router in routers:  # last: a router may mount pages at "/"
         app.router.routes.extend(router.routes)
     serves_pages = _serves_pages(routers)
+    docs_paths = {app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url}
 
     def public(path: str) -> bool:
         if path == HEALTH_PATH:
             return True
+        if path in docs_paths:
+            return public_docs
         # Pages mounted at "/" hold no data; the API calls they make still need the token.
         return serves_pages and not path.startswith("/v1/")
 
+    app.add_middleware(BodySizeLimitMiddleware, max_body_size=max_body_size)  # type: ignore[arg-type]
     if auth_token:
         app.add_middleware(BearerAuthMiddleware, token=auth_token, public=public)  # type: ignore[arg-type]
     if cors_allow_origins:

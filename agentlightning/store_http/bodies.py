@@ -7,12 +7,12 @@ costs one validation and one serialisation. Unknown fields are rejected so typos
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Optional, TypeVar, Union
+from typing import Annotated, Any, Optional, TypeVar, Union
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -38,6 +38,17 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+
+# Counts and offsets travel as 64-bit integers into SQL; larger values are refused up front (422 naming the field).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+def int64_query(default: int) -> Any:
+    """A query parameter holding a 64-bit integer."""
+    return Query(default, ge=INT64_MIN, le=INT64_MAX)
+
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 JSON_MEDIA_TYPE = "application/json"
@@ -107,7 +118,7 @@ class EnqueueBody(_Body):
 
 
 class DequeueBody(_Body):
-    limit: int = 1
+    limit: Int64 = 1
     worker_id: Optional[str] = None
 
 
@@ -127,8 +138,8 @@ class QueryRolloutsBody(_Body):
     filter_logic: str = "and"
     sort_by: Optional[str] = None
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
     status: Optional[list[str]] = None
     rollout_ids: Optional[list[str]] = None
 
@@ -149,8 +160,8 @@ class StartAttemptBody(_Body):
 class QueryAttemptsBody(_Body):
     sort_by: Optional[str] = "sequence_id"
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
 
 
 class UpdateAttemptBody(_Body):
@@ -166,8 +177,8 @@ class QueryWorkersBody(_Body):
     filter_logic: str = "and"
     sort_by: Optional[str] = None
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
 
 
 class UpdateWorkerBody(_Body):
@@ -186,8 +197,8 @@ class QuerySpansBody(_Body):
     name: Optional[str] = None
     name_contains: Optional[str] = None
     filter_logic: str = "and"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
     sort_by: Optional[str] = "sequence_id"
     sort_order: str = "asc"
 

@@ -46,6 +46,7 @@ from .errors import (
     LightningStoreUnavailableError,
     exception_from_response,
 )
+from .limits import DEFAULT_MAX_BODY_SIZE
 from .retry import RETRY_BUDGET_ENV, RetryBackoff, retry_budget_from_env
 
 __all__ = ["LightningStoreClient"]
@@ -151,7 +152,8 @@ class LightningStoreClient(ForwardingLightningStore):
     a transport failure raises `LightningStoreUnavailableError` naming the server. `retry_delays`
     replaces the backoff with a fixed schedule; with `health_retry_delays` each retry first probes
     `/health` and a server that never answers ends the retries. `auth_token` (or env `AGL_STORE_TOKEN`)
-    is sent as a bearer token.
+    is sent as a bearer token. `add_many_spans` splits batches so no request is over `max_body_size`
+    bytes (the server's limit, 16 MiB by default).
 
     `server_address` is the API base, `http://host:port/v1/agl` (as in v0.3), whichever form was given.
     Contract methods without an entry in `_ENDPOINTS` below are written out where they need more than
@@ -171,6 +173,7 @@ class LightningStoreClient(ForwardingLightningStore):
         request_timeout: float = 30.0,
         connection_timeout: float = 5.0,
         auth_token: Optional[str] = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     ) -> None:
         root = server_address.rstrip("/")
         if root.endswith(API_PATH):
@@ -185,6 +188,7 @@ class LightningStoreClient(ForwardingLightningStore):
             raise ValueError(f"retry_budget must be >= 0 seconds, got {retry_budget!r}")
         self.retry_delays: Optional[tuple[float, ...]] = None if retry_delays is None else tuple(retry_delays)
         self.health_retry_delays: tuple[float, ...] = tuple(health_retry_delays)
+        self.max_body_size = max_body_size
         self.request_timeout = request_timeout
         self.connection_timeout = connection_timeout
         self.auth_token: Optional[str] = auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
@@ -210,6 +214,7 @@ class LightningStoreClient(ForwardingLightningStore):
             "retry_delays": self.retry_delays,
             "health_retry_delays": self.health_retry_delays,
             "request_timeout": self.request_timeout,
+            "max_body_size": self.max_body_size,
             "connection_timeout": self.connection_timeout,
             "auth_token": self.auth_token,
         }
@@ -298,13 +303,14 @@ class LightningStoreClient(ForwardingLightningStore):
         none_if_missing: bool = False,
         response_headers: Optional[dict[str, str]] = None,
         request_headers: Optional[Mapping[str, str]] = None,
+        raw_body: Optional[bytes] = None,
     ) -> Optional[bytes]:
         """Send one API request with the retry rules; returns the body, or None for a 'not found' answer."""
         if "//" in path or path.endswith("/"):
             raise ValueError(f"empty id in request {method} {path!r}; ids must be non-empty strings")
         ResourcesHints.drop()
         url = self._api + path
-        data = None if payload is None else _ANY.dump_json(payload, serialize_as_any=True)
+        data = _ANY.dump_json(payload, serialize_as_any=True) if payload is not None else raw_body
         headers = request_headers or (_JSON_HEADERS if data is not None else None)
         attempt = 0
         started = time.monotonic()
@@ -513,10 +519,32 @@ class LightningStoreClient(ForwardingLightningStore):
         return body, headers.get(WAIT_COMPLETE_HEADER.lower(), "true") == "true"
 
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
-        """Store several spans in one request (all or nothing, like the in-process stores)."""
-        if not spans:
-            return []
-        return await self._call(_SPANS, "POST", "/spans/many", list(spans))
+        """Store several spans in one request (all or nothing, like the in-process stores).
+
+        A batch larger than `max_body_size` bytes goes as several requests under the limit, each all or nothing.
+        """
+        stored: list[Span] = []
+        for batch in self._span_batches(spans):
+            body = await self._request("POST", "/spans/many", raw_body=batch)
+            assert body is not None
+            stored.extend(_SPANS.validate_json(body))
+        return stored
+
+    def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
+        """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
+        batches: list[bytes] = []
+        current: list[bytes] = []
+        size = 2  # the brackets
+        for span in spans:
+            encoded = _SPAN.dump_json(span, serialize_as_any=True)
+            if current and size + len(encoded) + 1 > self.max_body_size:
+                batches.append(b"[" + b",".join(current) + b"]")
+                current, size = [], 2
+            current.append(encoded)
+            size += len(encoded) + 1
+        if current:
+            batches.append(b"[" + b",".join(current) + b"]")
+        return batches
 
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         if not rollout_attempt_ids:

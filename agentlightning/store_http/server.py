@@ -23,6 +23,7 @@ from agentlightning.utils.server_launcher import LaunchMode, PythonServerLaunche
 
 from .app import HEALTH_PATH, ServingState, build_store_app
 from .client import AUTH_TOKEN_ENV, LightningStoreClient
+from .limits import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["LightningStoreServer", "DEFAULT_STORE_PORT", "AUTH_TOKEN_ENV"]
 
@@ -39,7 +40,9 @@ class LightningStoreServer(ForwardingLightningStore):
     only for stores shared across processes). `auth_token` (or env `AGL_STORE_TOKEN`) makes every path
     but `/v1/agl/health` require `Authorization: Bearer <token>`. `tracker` records HTTP metrics.
     `routers` are served next to the store API (the dashboard is one: `dashboard_router()`); the
-    pages an extra router mounts at `/` are public, its API routes need the token like the rest.
+    pages an extra router mounts at `/` are public, its API routes need the token like the rest. With a
+    token, the OpenAPI document and pages (/openapi.json, /docs, /redoc) need it too unless
+    `public_docs=True`. Request bodies over `max_body_size` bytes (default 16 MiB) are answered 413.
     """
 
     def __init__(
@@ -54,6 +57,8 @@ class LightningStoreServer(ForwardingLightningStore):
         tracker: Optional[MetricsBackend] = None,
         auth_token: Optional[str] = None,
         routers: Sequence[APIRouter] = (),
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        public_docs: bool = False,
     ) -> None:
         if isinstance(store, LightningStoreServer):
             raise ValueError("cannot serve a LightningStoreServer again; pass the store it wraps")
@@ -83,6 +88,8 @@ class LightningStoreServer(ForwardingLightningStore):
             cors_allow_origins=cors_allow_origins,
             tracker=tracker,
             routers=routers,
+            max_body_size=max_body_size,
+            public_docs=public_docs,
         )
         self._launcher: Optional[PythonServerLauncher] = PythonServerLauncher(app, launcher_args)
         self.app: Optional[FastAPI] = app  # None in a process that received this server pickled

@@ -646,3 +646,130 @@ async def test_mp_launch_with_a_store_shared_across_processes(tmp_path: Path) ->
         await client.close()
         await srv.stop()
         await sqlite.close()
+
+
+async def test_integers_past_64_bits_are_422_naming_the_field(tmp_path: Path) -> None:
+    """SQL backends take 64-bit integers; 2**63 used to reach SQLite and answer 500."""
+    from agentlightning.store.sqlite import SqliteLightningStore
+
+    sqlite = SqliteLightningStore(tmp_path / "big.db")
+    srv = LightningStoreServer(sqlite, port=0)
+    await srv.start()
+    huge = 2**63
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint, timeout=30) as http:
+            rid = (await started_rollout(http))["rollout_id"]
+            cases: list[tuple[str, str, Any, Any, str]] = [
+                ("POST", "/queues/rollouts/dequeue", {"limit": huge}, None, "limit"),
+                ("POST", "/rollouts/search", {"limit": huge}, None, "limit"),
+                ("POST", "/rollouts/search", {"offset": huge}, None, "offset"),
+                ("POST", f"/rollouts/{rid}/attempts/search", {"offset": -huge - 1}, None, "offset"),
+                ("POST", "/workers/search", {"limit": huge}, None, "limit"),
+                ("POST", "/spans/search", {"rollout_id": rid, "offset": huge}, None, "offset"),
+                ("GET", "/rollouts", None, {"limit": str(huge)}, "limit"),
+                ("GET", f"/rollouts/{rid}/attempts", None, {"offset": str(huge)}, "offset"),
+                ("GET", "/workers", None, {"limit": str(huge)}, "limit"),
+                ("GET", "/spans", None, {"rollout_id": rid, "offset": str(huge)}, "offset"),
+                ("GET", "/resources", None, {"limit": str(huge)}, "limit"),
+            ]
+            for method, path, body, params, field in cases:
+                response = await http.request(method, API + path, json=body, params=params)
+                assert response.status_code == 422, (path, response.text)
+                assert field in response.json()["detail"], (path, response.text)
+            await assert_still_serving(http)
+    finally:
+        await srv.stop()
+        await sqlite.close()
+
+
+# ---- request size limit ----
+
+
+async def test_bodies_over_the_limit_are_413_and_the_server_stays_small(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, max_body_size=64 * 1024)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint, timeout=30) as http:
+            rollout = await started_rollout(http)
+            span = make_span(rollout["rollout_id"], rollout["attempt"]["attempt_id"], 1).model_dump()
+            span["attributes"] = {"blob": "x" * 200_000}
+            declared = await http.post(f"{API}/spans", json=span)
+            assert declared.status_code == 413 and "--max-body-size" in declared.json()["detail"]
+
+            async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+                for _ in range(20):
+                    yield b" " * 10_000
+
+            streamed = await http.post(f"{API}/spans", content=chunks(), headers={"Content-Type": "application/json"})
+            assert streamed.status_code == 413 and "65536 bytes" in streamed.json()["detail"]
+            assert (await inner.query_spans(rollout["rollout_id"])).total == 0
+            await assert_still_serving(http)
+    finally:
+        await srv.stop()
+
+
+async def test_client_splits_span_batches_under_the_server_limit(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, max_body_size=16 * 1024)
+    await srv.start()
+    client = LightningStoreClient(srv.endpoint, retry_budget=0, max_body_size=16 * 1024)
+    try:
+        started = await client.start_rollout(input=1)
+        spans = [
+            make_span(started.rollout_id, started.attempt.attempt_id, i).model_copy(
+                update={"attributes": {"p": "y" * 3000}}
+            )
+            for i in range(1, 21)
+        ]  # ~60 KB in all: four times the limit
+        stored = await client.add_many_spans(spans)
+        assert [s.sequence_id for s in stored] == list(range(1, 21))
+        assert len(await inner.query_spans(started.rollout_id)) == 20
+        lone = spans[0].model_copy(update={"span_id": "big", "sequence_id": 99, "attributes": {"p": "z" * 20_000}})
+        with pytest.raises(ValueError, match="over this store server's limit"):
+            await client.add_many_spans([lone])
+    finally:
+        await client.close()
+        await srv.stop()
+
+
+def test_cli_parses_max_body_size() -> None:
+    from agentlightning.cli.store import build_parser
+
+    assert build_parser().parse_args(["--max-body-size", "2MB"]).max_body_size == 2 * 1024 * 1024
+    assert build_parser().parse_args(["--max-body-size", "4096"]).max_body_size == 4096
+    assert build_parser().parse_args([]).max_body_size == 16 * 1024 * 1024
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-body-size", "lots"])
+
+
+# ---- auth scheme and the OpenAPI pages ----
+
+
+async def test_bearer_scheme_is_case_insensitive(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, auth_token="s3cret")
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            for scheme in ("Bearer", "bearer", "BEARER"):
+                response = await http.get(f"{API}/statistics", headers={"Authorization": f"{scheme} s3cret"})
+                assert response.status_code == 200, scheme
+            assert (await http.get(f"{API}/statistics", headers={"Authorization": "Basic s3cret"})).status_code == 401
+            assert (await http.get(f"{API}/statistics", headers={"Authorization": "bearer wrong"})).status_code == 401
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("public_docs", [False, True])
+async def test_openapi_pages_need_the_token_unless_made_public(
+    inner: InMemoryLightningStore, public_docs: bool
+) -> None:
+    srv = LightningStoreServer(inner, port=0, auth_token="s3cret", public_docs=public_docs)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            for path in ("/openapi.json", "/docs", "/redoc"):
+                anonymous = await http.get(path)
+                assert anonymous.status_code == (200 if public_docs else 401), path
+                authorized = await http.get(path, headers={"Authorization": "Bearer s3cret"})
+                assert authorized.status_code == 200, path
+    finally:
+        await srv.stop()

@@ -18,6 +18,7 @@ from ..bodies import (
     UpdateAttemptBody,
     attempt_exists,
     check_page,
+    int64_query,
     json_response,
     missing_or,
     not_found,
@@ -61,8 +62,8 @@ def build_attempts_router() -> APIRouter:
         rollout_id: str,
         sort_by: Optional[str] = "sequence_id",
         sort_order: str = "asc",
-        limit: int = -1,
-        offset: int = 0,
+        limit: int = int64_query(-1),
+        offset: int = int64_query(0),
     ) -> Response:
         body = QueryAttemptsBody(sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
         return await _query_attempts(store_of(request), rollout_id, body)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from agentlightning.types import NamedResources, PaginatedResult, ResourcesUpdate
 
-from ..bodies import StoreRoute, check_page, json_response, not_found, validation_error
+from ..bodies import StoreRoute, check_page, int64_query, json_response, not_found, validation_error
 from ..context import API_PREFIX, store_of
 from ..errors import HTTPError
 
@@ -39,8 +39,8 @@ def build_resources_router() -> APIRouter:
         resources_id_contains: Optional[str] = None,
         sort_by: Optional[str] = None,
         sort_order: str = "asc",
-        limit: int = -1,
-        offset: int = 0,
+        limit: int = int64_query(-1),
+        offset: int = int64_query(0),
     ) -> Response:
         check_page("resources", sort_by, sort_order, limit, offset)
         result = await store_of(request).query_resources(

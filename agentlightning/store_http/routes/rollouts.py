@@ -28,6 +28,7 @@ from ..bodies import (
     UpdateRolloutBody,
     WaitBody,
     check_page,
+    int64_query,
     json_response,
     missing_or,
     not_found,
@@ -141,8 +142,8 @@ def build_rollouts_router() -> APIRouter:
         filter_logic: str = "and",
         sort_by: Optional[str] = None,
         sort_order: str = "asc",
-        limit: int = -1,
-        offset: int = 0,
+        limit: int = int64_query(-1),
+        offset: int = int64_query(0),
     ) -> Response:
         return await _query_rollouts(
             store_of(request),

@@ -21,6 +21,7 @@ from ..bodies import (
     attempt_exists,
     attempts_exist,
     check_page,
+    int64_query,
     json_response,
     missing_or,
     read_json,
@@ -75,8 +76,8 @@ def build_spans_router() -> APIRouter:
         name: Optional[str] = None,
         name_contains: Optional[str] = None,
         filter_logic: str = "and",
-        limit: int = -1,
-        offset: int = 0,
+        limit: int = int64_query(-1),
+        offset: int = int64_query(0),
         sort_by: Optional[str] = "sequence_id",
         sort_order: str = "asc",
     ) -> Response:

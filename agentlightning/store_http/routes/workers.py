@@ -16,6 +16,7 @@ from ..bodies import (
     StoreRoute,
     UpdateWorkerBody,
     check_page,
+    int64_query,
     json_response,
     present_fields,
     read_json,
@@ -54,8 +55,8 @@ def build_workers_router() -> APIRouter:
         filter_logic: str = "and",
         sort_by: Optional[str] = None,
         sort_order: str = "asc",
-        limit: int = -1,
-        offset: int = 0,
+        limit: int = int64_query(-1),
+        offset: int = int64_query(0),
     ) -> Response:
         return await _query_workers(
             store_of(request),
