@@ -25,6 +25,7 @@ from ._middleware import (
     prometheus_app,
 )
 from .context import API_PREFIX, HEALTH_PATH, ServingState
+from .openapi import store_openapi
 from .routes import WAIT_CAP_SECONDS, WAIT_COMPLETE_HEADER, store_routers
 
 __all__ = ["API_PREFIX", "HEALTH_PATH", "WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "ServingState", "build_store_app"]
@@ -106,6 +107,7 @@ def build_store_app(
         version="0.3.0",
         lifespan=lifespan,
     )
+    app.openapi = lambda: store_openapi(app)  # type: ignore[method-assign]
     app.state.agl_store = store
     app.state.agl_serving = state
     # Route objects hold no per-app state (the store comes from `request.app.state`), so every app shares

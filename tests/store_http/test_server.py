@@ -773,3 +773,20 @@ async def test_openapi_pages_need_the_token_unless_made_public(
                 assert authorized.status_code == 200, path
     finally:
         await srv.stop()
+
+
+async def test_openapi_documents_every_post_body_and_the_error_shape(http: httpx.AsyncClient) -> None:
+    document = (await http.get("/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas and schemas["ErrorBody"]["required"] == ["detail", "error_type"]
+    posts = [(path, ops["post"]) for path, ops in document["paths"].items() if "post" in ops]
+    assert len(posts) >= 15
+    for path, operation in posts:
+        assert "requestBody" in operation, path
+        for status in ("400", "401", "413", "422", "500"):
+            assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorBody"
+            }, (path, status)
+    update = document["paths"]["/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}"]["post"]
+    body_ref = update["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert {"status", "worker_id", "last_heartbeat_time", "metadata"} <= set(schemas[body_ref]["properties"])

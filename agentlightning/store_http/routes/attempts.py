@@ -27,6 +27,7 @@ from ..bodies import (
     reject_nulls,
 )
 from ..context import API_PREFIX, store_of
+from ..openapi import json_body
 from .rollouts import rollout_exists
 
 __all__ = ["build_attempts_router"]
@@ -47,7 +48,12 @@ async def _query_attempts(store: LightningStore, rollout_id: str, q: QueryAttemp
 def build_attempts_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["attempts"])
 
-    @api.post("/rollouts/{rollout_id}/attempts", status_code=201, response_model=AttemptedRollout)
+    @api.post(
+        "/rollouts/{rollout_id}/attempts",
+        status_code=201,
+        response_model=AttemptedRollout,
+        openapi_extra=json_body(StartAttemptBody, required=False),
+    )
     async def start_attempt(rollout_id: str, request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, StartAttemptBody, optional=True)
@@ -68,7 +74,11 @@ def build_attempts_router() -> APIRouter:
         body = QueryAttemptsBody(sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
         return await _query_attempts(store_of(request), rollout_id, body)
 
-    @api.post("/rollouts/{rollout_id}/attempts/search", response_model=PaginatedResult[Attempt])
+    @api.post(
+        "/rollouts/{rollout_id}/attempts/search",
+        response_model=PaginatedResult[Attempt],
+        openapi_extra=json_body(QueryAttemptsBody, required=False),
+    )
     async def search_attempts(rollout_id: str, request: Request) -> Response:
         body = await read_json(request, QueryAttemptsBody, optional=True)
         return await _query_attempts(store_of(request), rollout_id, body)
@@ -80,7 +90,11 @@ def build_attempts_router() -> APIRouter:
             raise not_found(f"latest attempt of rollout {rollout_id!r}")
         return json_response(attempt)
 
-    @api.post("/rollouts/{rollout_id}/attempts/{attempt_id}", response_model=Attempt)
+    @api.post(
+        "/rollouts/{rollout_id}/attempts/{attempt_id}",
+        response_model=Attempt,
+        openapi_extra=json_body(UpdateAttemptBody),
+    )
     async def update_attempt(rollout_id: str, attempt_id: str, request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, UpdateAttemptBody)

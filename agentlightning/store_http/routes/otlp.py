@@ -31,7 +31,18 @@ def build_otlp_router() -> APIRouter:
     """OTLP routes; the store is the one of the app serving each request."""
     otlp = APIRouter(prefix="/v1", route_class=StoreRoute, tags=["otlp"])
 
-    @otlp.post("/traces")
+    @otlp.post(
+        "/traces",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                    "application/json": {"schema": {"type": "object"}},
+                },
+            }
+        },
+    )
     async def ingest_traces(request: Request) -> Response:
         store = store_of(request)
         content_type = request.headers.get("content-type", "")
@@ -68,9 +79,17 @@ def build_otlp_router() -> APIRouter:
 
         return handler
 
-    otlp.add_api_route("/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics")
-    otlp.add_api_route("/logs", unsupported("logs"), methods=["POST"], name="otlp_logs")
-    otlp.add_api_route("/development/profiles", unsupported("profiles"), methods=["POST"], name="otlp_profiles")
+    otlp.add_api_route(
+        "/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics", include_in_schema=False
+    )
+    otlp.add_api_route("/logs", unsupported("logs"), methods=["POST"], name="otlp_logs", include_in_schema=False)
+    otlp.add_api_route(
+        "/development/profiles",
+        unsupported("profiles"),
+        methods=["POST"],
+        name="otlp_profiles",
+        include_in_schema=False,
+    )
     return otlp
 
 

@@ -13,6 +13,7 @@ from agentlightning.types import NamedResources, PaginatedResult, ResourcesUpdat
 from ..bodies import StoreRoute, check_page, int64_query, json_response, not_found, validation_error
 from ..context import API_PREFIX, store_of
 from ..errors import HTTPError
+from ..openapi import json_body
 
 __all__ = ["build_resources_router"]
 
@@ -53,7 +54,12 @@ def build_resources_router() -> APIRouter:
         )
         return json_response(result)
 
-    @api.post("/resources", status_code=201, response_model=ResourcesUpdate)
+    @api.post(
+        "/resources",
+        status_code=201,
+        response_model=ResourcesUpdate,
+        openapi_extra=json_body(NamedResources, name="NamedResources"),
+    )
     async def add_resources(request: Request) -> Response:
         return json_response(await store_of(request).add_resources(await _read_resources(request)), 201)
 
@@ -71,7 +77,11 @@ def build_resources_router() -> APIRouter:
             raise not_found(f"resources {resources_id!r}")
         return json_response(resources)
 
-    @api.post("/resources/{resources_id}", response_model=ResourcesUpdate)
+    @api.post(
+        "/resources/{resources_id}",
+        response_model=ResourcesUpdate,
+        openapi_extra=json_body(NamedResources, name="NamedResources"),
+    )
     async def update_resources(resources_id: str, request: Request) -> Response:
         store = store_of(request)
         return json_response(await store.update_resources(resources_id, await _read_resources(request)))

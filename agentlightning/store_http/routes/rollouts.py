@@ -38,6 +38,7 @@ from ..bodies import (
 )
 from ..context import API_PREFIX, serving_of, store_of
 from ..errors import HTTPError
+from ..openapi import json_body
 
 __all__ = ["WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
 
@@ -97,7 +98,9 @@ async def _wait_complete(
 def build_rollouts_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["rollouts"])
 
-    @api.post("/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout])
+    @api.post(
+        "/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout], openapi_extra=json_body(EnqueueBody)
+    )
     async def enqueue_rollouts(request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, EnqueueBody)
@@ -105,7 +108,11 @@ def build_rollouts_router() -> APIRouter:
             check_mode(r.mode)
         return json_response(await store.enqueue_many_rollouts(body.rollouts), 201)
 
-    @api.post("/queues/rollouts/dequeue", response_model=list[AttemptedRollout])
+    @api.post(
+        "/queues/rollouts/dequeue",
+        response_model=list[AttemptedRollout],
+        openapi_extra=json_body(DequeueBody, required=False),
+    )
     async def dequeue_rollouts(request: Request) -> Response:
         """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions."""
         store = store_of(request)
@@ -118,7 +125,7 @@ def build_rollouts_router() -> APIRouter:
             response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
         return response
 
-    @api.post("/rollouts", status_code=201, response_model=AttemptedRollout)
+    @api.post("/rollouts", status_code=201, response_model=AttemptedRollout, openapi_extra=json_body(StartRolloutBody))
     async def start_rollout(request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, StartRolloutBody)
@@ -159,7 +166,11 @@ def build_rollouts_router() -> APIRouter:
             ),
         )
 
-    @api.post("/rollouts/search", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
+    @api.post(
+        "/rollouts/search",
+        response_model=PaginatedResult[Union[AttemptedRollout, Rollout]],
+        openapi_extra=json_body(QueryRolloutsBody, required=False),
+    )
     async def search_rollouts(request: Request) -> Response:
         return await _query_rollouts(store_of(request), await read_json(request, QueryRolloutsBody, optional=True))
 
@@ -170,7 +181,7 @@ def build_rollouts_router() -> APIRouter:
             raise not_found(f"rollout {rollout_id!r}")
         return json_response(rollout)
 
-    @api.post("/rollouts/{rollout_id}", response_model=Rollout)
+    @api.post("/rollouts/{rollout_id}", response_model=Rollout, openapi_extra=json_body(UpdateRolloutBody))
     async def update_rollout(rollout_id: str, request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, UpdateRolloutBody)
@@ -185,7 +196,7 @@ def build_rollouts_router() -> APIRouter:
         except (ValueError, KeyError) as exc:
             raise await missing_or(exc, lambda: rollout_exists(store, rollout_id)) from None
 
-    @api.post("/waits/rollouts", response_model=list[Rollout])
+    @api.post("/waits/rollouts", response_model=list[Rollout], openapi_extra=json_body(WaitBody))
     async def wait_for_rollouts(request: Request) -> Response:
         """Long-poll: wait up to min(timeout, WAIT_CAP_SECONDS); header X-AGL-Wait-Complete says if all finished."""
         store = store_of(request)

@@ -29,6 +29,7 @@ from ..bodies import (
 )
 from ..context import API_PREFIX, store_of
 from ..errors import HTTPError
+from ..openapi import json_body
 
 __all__ = ["build_spans_router"]
 
@@ -47,7 +48,7 @@ async def _query_spans(store: LightningStore, q: QuerySpansBody) -> Response:
 def build_spans_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["spans"])
 
-    @api.post("/spans", status_code=201, response_model=Span)
+    @api.post("/spans", status_code=201, response_model=Span, openapi_extra=json_body(Span, name="SpanInput"))
     async def add_span(request: Request) -> Response:
         store = store_of(request)
         raw = await request.body()
@@ -102,11 +103,16 @@ def build_spans_router() -> APIRouter:
             ),
         )
 
-    @api.post("/spans/search", response_model=PaginatedResult[Span])
+    @api.post("/spans/search", response_model=PaginatedResult[Span], openapi_extra=json_body(QuerySpansBody))
     async def search_spans(request: Request) -> Response:
         return await _query_spans(store_of(request), await read_json(request, QuerySpansBody))
 
-    @api.post("/spans/many", status_code=201, response_model=list[Span])
+    @api.post(
+        "/spans/many",
+        status_code=201,
+        response_model=list[Span],
+        openapi_extra=json_body(list[Span], name="SpanInputList"),
+    )
     async def add_many_spans(request: Request) -> Response:
         store = store_of(request)
         raw = await request.body()
@@ -120,13 +126,13 @@ def build_spans_router() -> APIRouter:
             pairs = {(s.rollout_id, s.attempt_id) for s in spans}
             raise await missing_or(exc, lambda: attempts_exist(store, pairs)) from None
 
-    @api.post("/spans/next/many")
+    @api.post("/spans/next/many", openapi_extra=json_body(ManySequenceIdsBody))
     async def many_sequence_ids(request: Request) -> Response:
         body = await read_json(request, ManySequenceIdsBody)
         sequence_ids = await store_of(request).get_many_span_sequence_ids(body.rollout_attempt_ids)
         return json_response({"sequence_ids": sequence_ids})
 
-    @api.post("/spans/next")
+    @api.post("/spans/next", openapi_extra=json_body(NextSequenceIdBody))
     async def next_sequence_id(request: Request) -> Response:
         store = store_of(request)
         body = await read_json(request, NextSequenceIdBody)

@@ -23,6 +23,7 @@ from ..bodies import (
     reject_nulls,
 )
 from ..context import API_PREFIX, store_of
+from ..openapi import json_body
 
 __all__ = ["build_workers_router"]
 
@@ -71,7 +72,11 @@ def build_workers_router() -> APIRouter:
             ),
         )
 
-    @api.post("/workers/search", response_model=PaginatedResult[Worker])
+    @api.post(
+        "/workers/search",
+        response_model=PaginatedResult[Worker],
+        openapi_extra=json_body(QueryWorkersBody, required=False),
+    )
     async def search_workers(request: Request) -> Response:
         return await _query_workers(store_of(request), await read_json(request, QueryWorkersBody, optional=True))
 
@@ -80,7 +85,7 @@ def build_workers_router() -> APIRouter:
         """The worker, or `null` for an id never seen (as in v0.3: an unknown worker is not an error)."""
         return json_response(await store_of(request).get_worker_by_id(worker_id))
 
-    @api.post("/workers/{worker_id}", response_model=Worker)
+    @api.post("/workers/{worker_id}", response_model=Worker, openapi_extra=json_body(UpdateWorkerBody, required=False))
     async def update_worker(worker_id: str, request: Request) -> Response:
         body = await read_json(request, UpdateWorkerBody, optional=True)
         reject_nulls(body, ("heartbeat_stats",))
