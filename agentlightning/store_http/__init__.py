@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         LightningStoreNotSupportedError,
         LightningStoreRequestError,
         LightningStoreServerError,
+        LightningStoreUnavailableError,
     )
     from .server import DEFAULT_STORE_PORT, LightningStoreServer
 
@@ -28,6 +29,7 @@ __all__ = [
     "LightningStoreNotSupportedError",
     "LightningStoreRequestError",
     "LightningStoreServerError",
+    "LightningStoreUnavailableError",
 ]
 
 _LAZY = {
@@ -39,6 +41,7 @@ _LAZY = {
     "LightningStoreNotSupportedError": ".errors",
     "LightningStoreRequestError": ".errors",
     "LightningStoreServerError": ".errors",
+    "LightningStoreUnavailableError": ".errors",
 }
 
 
