@@ -45,6 +45,12 @@ INT64_MAX = 2**63 - 1
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
+def check_int64(value: int, field: str) -> None:
+    """422 naming `field` when `value` does not fit in a 64-bit integer (what SQL backends store)."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise HTTPError(422, f"{field} must fit in a 64-bit integer, got {value}", "ValidationError")
+
+
 def int64_query(default: int) -> Any:
     """A query parameter holding a 64-bit integer."""
     return Query(default, ge=INT64_MIN, le=INT64_MAX)

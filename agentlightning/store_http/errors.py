@@ -68,6 +68,8 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
         return 404, error_body(_message(exc), "KeyError")
     if isinstance(exc, ValueError):
         return 400, error_body(_message(exc), "ValueError")
+    if isinstance(exc, OverflowError):  # a number the backend cannot store (SQL integers are 64-bit)
+        return 422, error_body(f"a number in the request is out of range: {_message(exc)}", "ValidationError")
     error_id = uuid.uuid4().hex[:16]
     logger.error("unexpected error %s while serving a store request", error_id, exc_info=exc)
     return 500, error_body(

@@ -672,6 +672,11 @@ async def test_integers_past_64_bits_are_422_naming_the_field(tmp_path: Path) ->
                 ("GET", "/spans", None, {"rollout_id": rid, "offset": str(huge)}, "offset"),
                 ("GET", "/resources", None, {"limit": str(huge)}, "limit"),
             ]
+            span = make_span(rid, (await http.get(f"{API}/rollouts/{rid}/attempts/latest")).json()["attempt_id"], huge)
+            cases += [
+                ("POST", "/spans", span.model_dump(), None, "sequence_id"),
+                ("POST", "/spans/many", [span.model_dump()], None, "sequence_id"),
+            ]
             for method, path, body, params, field in cases:
                 response = await http.request(method, API + path, json=body, params=params)
                 assert response.status_code == 422, (path, response.text)
@@ -790,3 +795,10 @@ async def test_openapi_documents_every_post_body_and_the_error_shape(http: httpx
     update = document["paths"]["/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}"]["post"]
     body_ref = update["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     assert {"status", "worker_id", "last_heartbeat_time", "metadata"} <= set(schemas[body_ref]["properties"])
+
+
+def test_numbers_a_backend_cannot_store_are_422_not_500() -> None:
+    from agentlightning.store_http.errors import error_from_exception
+
+    status, body = error_from_exception(OverflowError("Python int too large to convert to SQLite INTEGER"))
+    assert status == 422 and b"out of range" in body

@@ -20,6 +20,7 @@ from ..bodies import (
     StoreRoute,
     attempt_exists,
     attempts_exist,
+    check_int64,
     check_page,
     int64_query,
     json_response,
@@ -58,6 +59,7 @@ def build_spans_router() -> APIRouter:
             span = Span.model_validate_json(raw)
         except ValidationError as exc:
             raise validation_error(exc, "span") from None
+        check_int64(span.sequence_id, "sequence_id")
         try:
             return json_response(await store.add_span(span), 201)
         except (ValueError, KeyError) as exc:
@@ -120,6 +122,8 @@ def build_spans_router() -> APIRouter:
             spans = _SPANS.validate_json(raw)
         except ValidationError as exc:
             raise validation_error(exc, "spans (a JSON list of spans)") from None
+        for span in spans:
+            check_int64(span.sequence_id, "sequence_id")
         try:
             return json_response(list(await store.add_many_spans(spans)), 201)
         except (ValueError, KeyError) as exc:
