@@ -187,7 +187,7 @@ def make_algorithm(args: argparse.Namespace, result: BenchResult) -> Any:
 def make_store(args: argparse.Namespace, tmpdir: str) -> tuple[agl.LightningStore, bool]:
     """The store and whether the strategy should manage (serve) it."""
     if args.store_url:
-        from agentlightning.store.client import LightningStoreClient
+        from agentlightning.store_http.client import LightningStoreClient
 
         return LightningStoreClient(args.store_url), False
     if args.backend == "sqlite":

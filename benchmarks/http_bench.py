@@ -33,15 +33,15 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
-from agentlightning.store.client import LightningStoreClient
+from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.types import EnqueueRolloutRequest, Span
 from agentlightning.utils.server_launcher import pick_free_port
 
 
 def _serve(port: int, backend: str, path: str) -> None:
     from agentlightning.store.memory import InMemoryLightningStore
-    from agentlightning.store.server import LightningStoreServer
     from agentlightning.store.sqlite import SqliteLightningStore
+    from agentlightning.store_http.server import LightningStoreServer
 
     async def run() -> None:
         store: Any = InMemoryLightningStore() if backend == "memory" else SqliteLightningStore(path)

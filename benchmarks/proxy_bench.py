@@ -137,7 +137,7 @@ async def make_store(launch_mode: str) -> tuple[Any, Optional[Any]]:
     """(store the proxy writes to, server to stop afterwards)."""
     if launch_mode != "mp":
         return InMemoryLightningStore(thread_safe=True), None
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.store_http.server import LightningStoreServer
 
     server = LightningStoreServer(InMemoryLightningStore(thread_safe=True), port=0, launch_mode="thread")
     await server.start()

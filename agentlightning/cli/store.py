@@ -115,8 +115,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="server processes (default 1); more than 1 needs a store shared across processes (sqlite/postgres)",
     )
+    parser.add_argument(
+        "--max-body-size",
+        type=_byte_size,
+        default=16 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest request body accepted, e.g. 16MB or 1048576 (default 16MB); larger ones get HTTP 413",
+    )
+    parser.add_argument(
+        "--public-docs",
+        action="store_true",
+        help="serve /openapi.json, /docs and /redoc without the auth token (they need it by default)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
+
+
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 1024, "K": 1024, "MB": 1024**2, "M": 1024**2, "GB": 1024**3, "G": 1024**3}
+
+
+def _byte_size(text: str) -> int:
+    """`16MB`, `512k`, `1048576` -> bytes (units are powers of 1024)."""
+    raw = text.strip().upper().replace("IB", "B")
+    number = raw.rstrip("KMGB")
+    unit = raw[len(number) :]
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 16MB, 512KB or a number of bytes)")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--max-body-size must be at least 1 byte, got {text!r}")
+    return int(value)
 
 
 def build_tracker(names: Sequence[str]) -> Any:
@@ -158,7 +187,8 @@ def build_store(args: argparse.Namespace, tracker: Any = None) -> Any:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.dashboard import dashboard_router
+    from agentlightning.store_http.server import LightningStoreServer
 
     tracker = build_tracker(args.tracker)
     store = build_store(args, tracker)
@@ -172,6 +202,9 @@ async def _serve(args: argparse.Namespace) -> None:
             n_workers=args.n_workers,
             tracker=tracker,
             auth_token=args.auth_token,
+            routers=[dashboard_router()],
+            max_body_size=args.max_body_size,
+            public_docs=args.public_docs,
         )
         await server.start()
         auth = "bearer token required" if server.auth_token else "no auth token"

@@ -27,9 +27,9 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-from agentlightning.store._http_bodies import StoreRoute, json_response
-from agentlightning.store._http_errors import HTTPError
 from agentlightning.store.base import LightningStore
+from agentlightning.store_http.bodies import StoreRoute, json_response
+from agentlightning.store_http.errors import HTTPError
 from agentlightning.types import WORKER_STATUSES
 
 from .analytics import reward_series, throughput
@@ -38,7 +38,15 @@ from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
 from .triplets import NoSuchAttempt, attempt_triplets
 
-__all__ = ["API_PREFIX", "STATIC_DIR", "DashboardCaches", "build_dashboard_router", "mount_dashboard"]
+__all__ = [
+    "API_PREFIX",
+    "STATIC_DIR",
+    "DashboardCaches",
+    "dashboard_caches",
+    "build_dashboard_router",
+    "dashboard_router",
+    "mount_dashboard",
+]
 
 API_PREFIX = "/v1/agl"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -56,8 +64,16 @@ def _store(request: Request) -> LightningStore:
     return request.app.state.agl_store
 
 
+def dashboard_caches(app: FastAPI) -> DashboardCaches:
+    """The dashboard caches of `app`, created on first use (the dashboard router is shared by every app)."""
+    caches: Optional[DashboardCaches] = getattr(app.state, "agl_dashboard", None)
+    if caches is None:
+        caches = app.state.agl_dashboard = DashboardCaches()
+    return caches
+
+
 def _caches(request: Request) -> DashboardCaches:
-    return request.app.state.agl_dashboard
+    return dashboard_caches(request.app)
 
 
 def _version() -> str:
@@ -164,21 +180,25 @@ class _DashboardFiles(StaticFiles):
         return response
 
 
-_ROUTER: Optional[APIRouter] = None
 _ROUTER_LOCK = threading.Lock()
+_ROUTER: Optional[APIRouter] = None
 
 
-def _shared_router() -> APIRouter:
+def dashboard_router() -> APIRouter:
+    """The whole dashboard as one router for `LightningStoreServer(routers=[...])`: endpoints, then pages at `/`.
+
+    Shared by every server of the process: its routes hold no per-app state.
+    """
     global _ROUTER
     with _ROUTER_LOCK:
         if _ROUTER is None:
-            _ROUTER = build_dashboard_router()
+            router = APIRouter()
+            router.routes.extend(build_dashboard_router().routes)
+            router.mount("/", _DashboardFiles(directory=str(STATIC_DIR), html=True), name="dashboard")
+            _ROUTER = router
         return _ROUTER
 
 
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the dashboard to a store app: its endpoints, and the pages at `/` (mount this last)."""
-    app.state.agl_dashboard = DashboardCaches()
-    # Shared route objects, as the store app adds its own: they hold no per-app state.
-    app.router.routes.extend(_shared_router().routes)
-    app.mount("/", _DashboardFiles(directory=str(STATIC_DIR), html=True), name="dashboard")
+    """Add the dashboard to an app serving a store (`app.state.agl_store`); mount it last, its pages are at `/`."""
+    app.router.routes.extend(dashboard_router().routes)

@@ -22,8 +22,8 @@ from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ExecutionEvent, MultiprocessingEvent
 
 if TYPE_CHECKING:
-    from agentlightning.store.client import LightningStoreClient
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.store_http.client import LightningStoreClient
+    from agentlightning.store_http.server import LightningStoreServer
 
 __all__ = ["ClientServerExecutionStrategy"]
 
@@ -149,9 +149,12 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         server: Optional[LightningStoreServer] = None
         algorithm_store: LightningStore = store
         if self.managed_store:
-            from agentlightning.store.server import LightningStoreServer
+            from agentlightning.dashboard import dashboard_router
+            from agentlightning.store_http.server import LightningStoreServer
 
-            server = LightningStoreServer(store, host=self.server_host, port=self.server_port)
+            server = LightningStoreServer(
+                store, host=self.server_host, port=self.server_port, routers=[dashboard_router()]
+            )
             algorithm_store = server
             await server.start()
             logger.info("Store server listening on %s:%s", self.server_host, self.server_port)
@@ -187,7 +190,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     ) -> None:
         """Run one runner bundle against a client of the server (or the given store when unmanaged)."""
         if self.managed_store or store is None:
-            from agentlightning.store.client import LightningStoreClient
+            from agentlightning.store_http.client import LightningStoreClient
 
             client = LightningStoreClient(self.endpoint)
             try:

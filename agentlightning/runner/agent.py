@@ -171,6 +171,8 @@ class LitAgentRunner(Runner[T_task]):
                     break
                 try:
                     rollout = await store.dequeue_rollout(worker_id=worker_id)
+                except (PermissionError, ValueError, KeyError, TypeError):
+                    raise  # a refused token or request: polling again cannot succeed, so stop the runner
                 except Exception:
                     logger.exception("%s could not dequeue a rollout; retrying after the poll interval.", worker_id)
                     rollout = None

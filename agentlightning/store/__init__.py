@@ -1,4 +1,4 @@
-"""LightningStore: the contract and its backends."""
+"""LightningStore: the contract and its backends (the HTTP server and client live in `agentlightning.store_http`)."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -8,9 +8,10 @@ from .memory import InMemoryLightningStore
 from .threading import LightningStoreThreaded
 
 if TYPE_CHECKING:
-    from .client import LightningStoreClient
+    from agentlightning.store_http.client import LightningStoreClient
+    from agentlightning.store_http.server import LightningStoreServer
+
     from .postgres import PostgresLightningStore
-    from .server import LightningStoreServer
     from .sqlite import SqliteLightningStore
 
 __all__ = [
@@ -31,8 +32,8 @@ __all__ = [
 # HTTP pieces load on first use so `import agentlightning.store` does not import fastapi/aiohttp.
 # SQL backends too: PostgreSQL needs the optional psycopg extra.
 _LAZY = {
-    "LightningStoreServer": ".server",
-    "LightningStoreClient": ".client",
+    "LightningStoreServer": "agentlightning.store_http.server",
+    "LightningStoreClient": "agentlightning.store_http.client",
     "SqliteLightningStore": ".sqlite",
     "PostgresLightningStore": ".postgres",
 }

@@ -22,5 +22,5 @@ StoreRegistry: dict[str, str] = {
     "memory": "agentlightning.store.memory.InMemoryLightningStore",
     "sqlite": "agentlightning.store.sqlite.SqliteLightningStore",
     "postgres": "agentlightning.store.postgres.PostgresLightningStore",
-    "client": "agentlightning.store.client.LightningStoreClient",
+    "client": "agentlightning.store_http.client.LightningStoreClient",
 }

@@ -207,7 +207,7 @@ def test_custom_algorithm_trainer_tries_every_candidate(server: OpenAITestServer
 @pytest.mark.slow
 def test_custom_algorithm_runs_as_separate_algo_and_runner_processes(server: OpenAITestServer, tmp_path: Path) -> None:
     from agentlightning.store.memory import InMemoryLightningStore
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.store_http.server import LightningStoreServer
 
     port = pick_free_port()
     store_server = LightningStoreServer(InMemoryLightningStore(thread_safe=True), host="127.0.0.1", port=port)

@@ -162,7 +162,7 @@ def test_runner_on_main_process(free_port: int) -> None:
 
 def test_algorithm_role_serves_the_store(free_port: int) -> None:
     async def algorithm(store: LightningStore, event: ExecutionEvent) -> None:
-        from agentlightning.store.client import LightningStoreClient
+        from agentlightning.store_http.client import LightningStoreClient
 
         client = LightningStoreClient(f"http://127.0.0.1:{free_port}")
         try:

@@ -11,7 +11,7 @@ import pytest
 from agentlightning.llm_proxy import LLMProxy
 from agentlightning.llm_proxy.proxy import PROXY_API_KEY, get_active_llm_proxy
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.store.server import LightningStoreServer
+from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.types import LLM, AttemptedRollout, ProxyLLM
 from tests.support.openai_server import OpenAITestServer
 

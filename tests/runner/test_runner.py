@@ -16,9 +16,9 @@ from agentlightning.emitter import emit_message, get_reward_value
 from agentlightning.litagent import LitAgent, prompt_rollout
 from agentlightning.runner import Hook, LitAgentRunner, Runner
 from agentlightning.store.base import UNSET, LightningStore
-from agentlightning.store.client import LightningStoreClient
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.store.server import LightningStoreServer
+from agentlightning.store_http.client import LightningStoreClient
+from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.tracer import DummyTracer
 from agentlightning.tracer.base import get_active_tracer
 from agentlightning.tracer.otel import OtelTracer
@@ -529,6 +529,24 @@ class WriteCountingStore(InMemoryLightningStore):
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         self.calls["sequence_ids"] += 1
         return await super().get_many_span_sequence_ids(rollout_attempt_ids)
+
+
+async def test_a_refused_token_stops_the_runner_with_an_error_naming_the_fix(tracer: OtelTracer) -> None:
+    """Not an endless idle loop on an 'empty queue': the 401 surfaces at once and the rollout stays queued."""
+    store = InMemoryLightningStore(thread_safe=True)
+    server = LightningStoreServer(store, port=0, auth_token="right")
+    await server.start()
+    client = LightningStoreClient(server.endpoint, auth_token="wrong", retry_budget=30)
+    try:
+        rollout = await store.enqueue_rollout("t")
+        runner: LitAgentRunner[Any] = LitAgentRunner(tracer, poll_interval=0.05, heartbeat_interval=0)
+        with runner.run_context(agent=ReturnAgent(1.0), store=client):
+            with pytest.raises(PermissionError, match="(?=.*AGL_STORE_TOKEN)(?=.*--auth-token)"):
+                await asyncio.wait_for(runner.iter(), timeout=20)
+        assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "queuing"  # type: ignore[union-attr]
+    finally:
+        await client.close()
+        await server.stop()
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ __all__ = [
     "module_available",
     "TRAIT_BLOCKING_WAIT",
     "TRAIT_THREADS",
+    "TRAIT_NULL_CLEARS",
     "POSTGRES_DSN",
 ]
 
@@ -38,6 +39,9 @@ __all__ = [
 TRAIT_BLOCKING_WAIT = "blocking_wait"
 # Safe to call from several threads, each running its own event loop.
 TRAIT_THREADS = "threads"
+# update_attempt(metadata=None / last_heartbeat_time=None) clears the field: in-process stores only; over
+# HTTP a null there is answered 400, as in v0.3 (tests/store_http/test_server.py).
+TRAIT_NULL_CLEARS = "null_clears"
 
 POSTGRES_DSN = os.environ.get("AGL_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -111,8 +115,8 @@ async def threaded_store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Ligh
     await store.close()
 
 
-register_backend("memory", memory_store, traits=frozenset({TRAIT_BLOCKING_WAIT}))
-register_backend("threaded", threaded_store, traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS}))
+register_backend("memory", memory_store, traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_NULL_CLEARS}))
+register_backend("threaded", threaded_store, traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS, TRAIT_NULL_CLEARS}))
 
 
 # ---- HTTP: a LightningStoreServer over the memory store, reached through a LightningStoreClient ----
@@ -120,8 +124,8 @@ register_backend("threaded", threaded_store, traits=frozenset({TRAIT_BLOCKING_WA
 
 @asynccontextmanager
 async def http_store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[LightningStore]:
-    from agentlightning.store.client import LightningStoreClient
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.store_http.client import LightningStoreClient
+    from agentlightning.store_http.server import LightningStoreServer
 
     inner = InMemoryLightningStore(clock=clock, scan_debounce_seconds=0)
     server = LightningStoreServer(inner, host="127.0.0.1", port=0, launch_mode="thread")
@@ -139,7 +143,7 @@ register_backend(
     "http",
     http_store,
     traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS}),
-    requires=("agentlightning.store.server",),
+    requires=("agentlightning.store_http.server",),
 )
 
 
@@ -194,13 +198,13 @@ async def postgres_store(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Ligh
 register_backend(
     "sqlite",
     sqlite_store,
-    traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS}),
+    traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS, TRAIT_NULL_CLEARS}),
     requires=("agentlightning.store.sqlite",),
 )
 register_backend(
     "postgres",
     postgres_store,
-    traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS}),
+    traits=frozenset({TRAIT_BLOCKING_WAIT, TRAIT_THREADS, TRAIT_NULL_CLEARS}),
     marks=(pytest.mark.postgres,),
     requires=("agentlightning.store.postgres",),
 )

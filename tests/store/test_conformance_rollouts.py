@@ -310,6 +310,12 @@ async def test_update_attempt_latest_alias_and_other_fields(store: LightningStor
     assert updated.status == "preparing"
     rollout = await store.get_rollout_by_id(started.rollout_id)
     assert rollout is not None and rollout.status == "preparing"
+
+
+@pytest.mark.backend_traits("null_clears")
+async def test_update_attempt_none_clears_metadata(store: LightningStore) -> None:
+    started = await store.start_rollout(input=1)
+    await store.update_attempt(started.rollout_id, "latest", worker_id="w-9", metadata={"k": "v"})
     cleared = await store.update_attempt(started.rollout_id, "latest", metadata=None)
     assert cleared.metadata is None and cleared.worker_id == "w-9"
 

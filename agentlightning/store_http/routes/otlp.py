@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from agentlightning.store.base import LightningStore
 from agentlightning.types import Span
 from agentlightning.utils.otlp import (
     OtlpSpan,
@@ -19,20 +20,31 @@ from agentlightning.utils.otlp import (
     parse_export_trace_request,
 )
 
-from ._http_bodies import StoreRoute, attempts_exist, missing_or
-from ._http_errors import HTTPError
-from .base import LightningStore
+from ..bodies import StoreRoute, attempts_exist, missing_or
+from ..context import store_of
+from ..errors import HTTPError
 
 __all__ = ["build_otlp_router"]
 
 
 def build_otlp_router() -> APIRouter:
-    """OTLP routes; the store is the one of the app serving each request (`request.app.state.agl_store`)."""
-    otlp = APIRouter(prefix="/v1", route_class=StoreRoute)
+    """OTLP routes; the store is the one of the app serving each request."""
+    otlp = APIRouter(prefix="/v1", route_class=StoreRoute, tags=["otlp"])
 
-    @otlp.post("/traces")
+    @otlp.post(
+        "/traces",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                    "application/json": {"schema": {"type": "object"}},
+                },
+            }
+        },
+    )
     async def ingest_traces(request: Request) -> Response:
-        store: LightningStore = request.app.state.agl_store
+        store = store_of(request)
         content_type = request.headers.get("content-type", "")
         encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
         if not (is_protobuf_content_type(content_type) or is_json_content_type(content_type)):
@@ -67,9 +79,17 @@ def build_otlp_router() -> APIRouter:
 
         return handler
 
-    otlp.add_api_route("/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics")
-    otlp.add_api_route("/logs", unsupported("logs"), methods=["POST"], name="otlp_logs")
-    otlp.add_api_route("/development/profiles", unsupported("profiles"), methods=["POST"], name="otlp_profiles")
+    otlp.add_api_route(
+        "/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics", include_in_schema=False
+    )
+    otlp.add_api_route("/logs", unsupported("logs"), methods=["POST"], name="otlp_logs", include_in_schema=False)
+    otlp.add_api_route(
+        "/development/profiles",
+        unsupported("profiles"),
+        methods=["POST"],
+        name="otlp_profiles",
+        include_in_schema=False,
+    )
     return otlp
 
 

@@ -1,8 +1,9 @@
 """How store errors travel over HTTP: status codes and JSON bodies on the server, exceptions on the client.
 
 Server side, a `ValueError` from the store becomes 400, a `KeyError` 404, `NotImplementedError` 501,
-anything unexpected 500; every error body is JSON `{"detail": str, "error_type": str}` (500 adds
-`traceback`). The client turns them back into exceptions of the same family, so code written against
+anything unexpected 500; every error body is JSON `{"detail": str, "error_type": str}`. A 500 says
+only the exception type and an `error_id`; the traceback goes to the server log under that id, never
+to the client (it would show install paths and internals). The client turns them back into exceptions of the same family, so code written against
 an in-process store behaves the same against a remote one.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import traceback
+import uuid
 from typing import Any, Optional
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "LightningStoreNotFoundError",
     "LightningStoreAuthError",
     "LightningStoreServerError",
+    "LightningStoreUnavailableError",
     "LightningStoreNotSupportedError",
     "exception_from_response",
 ]
@@ -66,11 +68,14 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
         return 404, error_body(_message(exc), "KeyError")
     if isinstance(exc, ValueError):
         return 400, error_body(_message(exc), "ValueError")
-    logger.exception("unexpected error while serving a store request")
+    if isinstance(exc, OverflowError):  # a number the backend cannot store (SQL integers are 64-bit)
+        return 422, error_body(f"a number in the request is out of range: {_message(exc)}", "ValidationError")
+    error_id = uuid.uuid4().hex[:16]
+    logger.error("unexpected error %s while serving a store request", error_id, exc_info=exc)
     return 500, error_body(
-        _message(exc),
-        type(exc).__name__,
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        f"internal error of the store server ({type(exc).__name__}); its log has the details under error id {error_id}",
+        "InternalServerError",
+        error_id=error_id,
     )
 
 
@@ -100,6 +105,11 @@ class LightningStoreNotFoundError(KeyError):
 class LightningStoreAuthError(PermissionError):
     """401/403: the server wants a valid bearer token (`auth_token=` or `AGL_STORE_TOKEN`)."""
 
+    HINT = (
+        "the client sends the token of auth_token= or env AGL_STORE_TOKEN; it must equal the server's "
+        "(`agl store --auth-token` or AGL_STORE_TOKEN where the server runs)"
+    )
+
     def __init__(self, status: int, detail: str, error_type: str = "") -> None:
         super().__init__(detail)
         self.status = status
@@ -116,6 +126,10 @@ class LightningStoreServerError(RuntimeError):
         self.detail = detail
         self.error_type = error_type
         self.server_traceback = server_traceback
+
+
+class LightningStoreUnavailableError(ConnectionError):
+    """The store server did not answer (refused, reset, timed out) until the client's retry budget was spent."""
 
 
 class LightningStoreNotSupportedError(NotImplementedError):
@@ -142,7 +156,9 @@ def exception_from_response(status: int, body: bytes, url: str) -> Exception:
     if status == 501:
         return LightningStoreNotSupportedError(detail)
     if status in (401, 403):
-        return LightningStoreAuthError(status, detail, error_type)
+        if "AGL_STORE_TOKEN" not in detail:
+            detail = f"{detail} ({LightningStoreAuthError.HINT})"
+        return LightningStoreAuthError(status, f"{detail} [{url}]", error_type)
     if status >= 500 or status == 408:
         return LightningStoreServerError(status, detail, error_type, server_traceback)
     if status == 404 and error_type in ("KeyError", NOT_FOUND_ERROR_TYPE):

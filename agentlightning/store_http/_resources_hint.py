@@ -20,9 +20,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
+from agentlightning.store.base import LightningStore
 from agentlightning.types import ResourcesUpdate, Rollout
-
-from .base import LightningStore
 
 __all__ = [
     "WANT_RESOURCES_VERSIONS_HEADER",

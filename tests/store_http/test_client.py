@@ -18,12 +18,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
-from agentlightning.store._http_errors import (
+from agentlightning.store_http.errors import (
     LightningStoreAuthError,
     LightningStoreNotFoundError,
     LightningStoreRequestError,
     LightningStoreServerError,
+    LightningStoreUnavailableError,
 )
+from agentlightning.store_http.retry import RetryBackoff
 from agentlightning.types import EnqueueRolloutRequest, PromptTemplate, Rollout
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 
@@ -164,9 +166,10 @@ async def test_connection_refused_is_retried_then_raised(caplog: pytest.LogCaptu
     client = LightningStoreClient(
         f"http://127.0.0.1:{pick_free_port()}", retry_delays=(0.01, 0.01), health_retry_delays=()
     )
-    with caplog.at_level(logging.INFO, logger="agentlightning.store.client"):
-        with pytest.raises(aiohttp.ClientConnectorError):
+    with caplog.at_level(logging.INFO, logger="agentlightning.store_http.client"):
+        with pytest.raises(LightningStoreUnavailableError, match="unreachable") as caught:
             await client.statistics()
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
     assert "retry 1/2" in caplog.text and "retry 2/2" in caplog.text
     assert isinstance(caplog.records[-1], logging.LogRecord)
     await client.close()
@@ -195,8 +198,9 @@ async def test_dropped_connections_are_retried() -> None:
     port = tcp.sockets[0].getsockname()[1]
     client = LightningStoreClient(f"http://127.0.0.1:{port}", retry_delays=(0.01, 0.01), health_retry_delays=())
     try:
-        with pytest.raises(aiohttp.ClientConnectionError):
+        with pytest.raises(LightningStoreUnavailableError) as caught:
             await client.get_next_span_sequence_id("ro-1", "at-1")  # a POST: aiohttp itself never re-sends it
+        assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
         assert connections == 3
     finally:
         await client.close()
@@ -204,14 +208,80 @@ async def test_dropped_connections_are_retried() -> None:
         await tcp.wait_closed()
 
 
-async def test_dequeue_swallows_errors_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
-    client = LightningStoreClient(f"http://127.0.0.1:{pick_free_port()}", retry_delays=(), health_retry_delays=())
-    with caplog.at_level(logging.WARNING, logger="agentlightning.store.client"):
-        assert await client.dequeue_rollout(worker_id="w") is None
-        assert await client.dequeue_rollout(worker_id="w") is None
-    warnings = [r for r in caplog.records if "dequeue_rollout" in r.getMessage()]
-    assert len(warnings) == 1
-    await client.close()
+async def test_dequeue_reports_a_down_server_once_the_retry_budget_is_spent() -> None:
+    """A dead server is not an empty queue: after the budget, the error names the server."""
+    port = pick_free_port()
+    client = LightningStoreClient(f"http://127.0.0.1:{port}", retry_budget=0.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        with pytest.raises(LightningStoreUnavailableError, match=f"127.0.0.1:{port}.*retry_budget=0.5s"):
+            await asyncio.wait_for(client.dequeue_rollout(worker_id="w"), timeout=30)
+        assert 0.4 <= loop.time() - started < 10
+    finally:
+        await client.close()
+
+
+async def test_dequeue_raises_a_refused_token_at_once(scripted: ScriptedServer) -> None:
+    client = LightningStoreClient(scripted.endpoint, retry_budget=30, auth_token="wrong")
+    scripted.script("queues/rollouts/dequeue", (401, {"detail": "invalid bearer token", "error_type": "Auth"}))
+    try:
+        with pytest.raises(LightningStoreAuthError, match="(?=.*AGL_STORE_TOKEN)(?=.*--auth-token)"):
+            await asyncio.wait_for(client.dequeue_rollout(worker_id="w"), timeout=10)
+        assert scripted.calls["queues/rollouts/dequeue"] == 1
+    finally:
+        await client.close()
+
+
+def test_backoff_grows_with_jitter_and_stops_at_the_budget() -> None:
+    backoff = RetryBackoff(budget=10.0, initial=0.2, maximum=1.0, multiplier=2.0, jitter=0.5)
+    for retry, nominal in enumerate([0.2, 0.4, 0.8, 1.0, 1.0]):
+        drawn = {backoff.delay(retry, elapsed=0.0) for _ in range(50)}
+        assert all(d is not None and nominal * 0.5 <= d <= nominal for d in drawn), (retry, drawn)
+        assert len(drawn) > 1  # jittered, so clients that lost the same server do not retry in lockstep
+    assert backoff.delay(3, elapsed=9.9) == pytest.approx(0.1, abs=1e-9)  # never past the budget
+    assert backoff.delay(0, elapsed=10.0) is None
+
+
+def test_retry_budget_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LightningStoreClient("http://h:1").retry_budget == 60.0
+    monkeypatch.setenv("AGL_STORE_RETRY_BUDGET", "5")
+    assert LightningStoreClient("http://h:1").retry_budget == 5.0
+    assert LightningStoreClient("http://h:1", retry_budget=0).retry_budget == 0.0
+    assert pickle.loads(pickle.dumps(LightningStoreClient("http://h:1"))).retry_budget == 5.0
+    with pytest.raises(ValueError, match="retry_budget"):
+        LightningStoreClient("http://h:1", retry_budget=-1)
+    monkeypatch.setenv("AGL_STORE_RETRY_BUDGET", "soon")
+    with pytest.raises(ValueError, match="AGL_STORE_RETRY_BUDGET"):
+        LightningStoreClient("http://h:1")
+
+
+async def test_calls_ride_out_a_server_restart() -> None:
+    """Requests sent while the server is down complete once it is back, within the retry budget."""
+    store = InMemoryLightningStore(thread_safe=True)
+    port = pick_free_port()
+    first = LightningStoreServer(store, port=port)
+    await first.start()
+    client = LightningStoreClient(first.endpoint, retry_budget=30)
+    try:
+        rollout = await client.enqueue_rollout(input=1)
+        await first.stop()
+        claiming = asyncio.create_task(client.dequeue_rollout(worker_id="w"))
+        stored = asyncio.create_task(client.add_resources({"p": PromptTemplate(template="x", engine="f-string")}))
+        await asyncio.sleep(1.0)
+        assert not claiming.done() and not stored.done()  # still retrying, not failed
+        second = LightningStoreServer(store, port=port)
+        await second.start()
+        try:
+            claimed = await asyncio.wait_for(claiming, timeout=30)
+            assert claimed is not None and claimed.rollout_id == rollout.rollout_id
+            assert (await asyncio.wait_for(stored, timeout=30)).version == 1
+            assert await client.dequeue_rollout(worker_id="w") is None  # claimed exactly once
+        finally:
+            await second.stop()
+    finally:
+        await client.close()
+        await store.close()
 
 
 # ---- against a real LightningStoreServer ----
@@ -306,8 +376,10 @@ async def test_store_errors_keep_their_family(served: LightningStoreClient) -> N
 # ---- the client object itself ----
 
 
-def test_addresses_are_normalised() -> None:
-    assert LightningStoreClient("http://h:1/v1/agl/").server_address == "http://h:1"
+def test_server_address_is_the_api_base_whichever_form_is_given() -> None:
+    assert LightningStoreClient("http://h:1/v1/agl/").server_address == "http://h:1/v1/agl"
+    assert LightningStoreClient("http://h:1").server_address == "http://h:1/v1/agl"
+    assert pickle.loads(pickle.dumps(LightningStoreClient("http://h:1"))).server_address == "http://h:1/v1/agl"
     assert LightningStoreClient("http://h:1/").otlp_traces_endpoint() == "http://h:1/v1/traces"
     with pytest.raises(ValueError, match="http"):
         LightningStoreClient("h:1")

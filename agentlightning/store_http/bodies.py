@@ -7,20 +7,20 @@ costs one validation and one serialisation. Unknown fields are rejected so typos
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Optional, TypeVar, Union
+from typing import Annotated, Any, Optional, TypeVar, Union
 
-from fastapi import Request
+from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from agentlightning.store.base import LightningStore
+from agentlightning.store.utils import check_pagination, check_sort
 from agentlightning.types import EnqueueRolloutRequest, RolloutConfig
 
-from ._http_errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
-from .base import LightningStore
-from .utils import check_pagination, check_sort
+from .errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
 
 __all__ = [
     "JSON_MEDIA_TYPE",
@@ -38,6 +38,23 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+
+# Counts and offsets travel as 64-bit integers into SQL; larger values are refused up front (422 naming the field).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+def check_int64(value: int, field: str) -> None:
+    """422 naming `field` when `value` does not fit in a 64-bit integer (what SQL backends store)."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise HTTPError(422, f"{field} must fit in a 64-bit integer, got {value}", "ValidationError")
+
+
+def int64_query(default: int) -> Any:
+    """A query parameter holding a 64-bit integer."""
+    return Query(default, ge=INT64_MIN, le=INT64_MAX)
+
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
 JSON_MEDIA_TYPE = "application/json"
@@ -107,7 +124,7 @@ class EnqueueBody(_Body):
 
 
 class DequeueBody(_Body):
-    limit: int = 1
+    limit: Int64 = 1
     worker_id: Optional[str] = None
 
 
@@ -127,8 +144,8 @@ class QueryRolloutsBody(_Body):
     filter_logic: str = "and"
     sort_by: Optional[str] = None
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
     status: Optional[list[str]] = None
     rollout_ids: Optional[list[str]] = None
 
@@ -149,8 +166,8 @@ class StartAttemptBody(_Body):
 class QueryAttemptsBody(_Body):
     sort_by: Optional[str] = "sequence_id"
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
 
 
 class UpdateAttemptBody(_Body):
@@ -166,8 +183,8 @@ class QueryWorkersBody(_Body):
     filter_logic: str = "and"
     sort_by: Optional[str] = None
     sort_order: str = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
 
 
 class UpdateWorkerBody(_Body):
@@ -186,8 +203,8 @@ class QuerySpansBody(_Body):
     name: Optional[str] = None
     name_contains: Optional[str] = None
     filter_logic: str = "and"
-    limit: int = -1
-    offset: int = 0
+    limit: Int64 = -1
+    offset: Int64 = 0
     sort_by: Optional[str] = "sequence_id"
     sort_order: str = "asc"
 

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import pickle
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, Request
+from starlette.staticfiles import StaticFiles
 
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agentlightning.types import LLM, PromptTemplate, Span
 from agentlightning.utils.metrics import ConsoleMetricsBackend, PrometheusMetricsBackend
-
-from .factories import make_span
+from agentlightning.utils.server_launcher import PythonServerLauncher
+from tests.store.factories import make_span
 
 API = "/v1/agl"
 
@@ -116,9 +121,17 @@ async def test_attempt_paths(http: httpx.AsyncClient) -> None:
     aid = latest.json()["attempt_id"]
     updated = await http.post(f"{API}/rollouts/{rid}/attempts/{aid}", json={"status": "succeeded"})
     assert updated.status_code == 200 and updated.json()["status"] == "succeeded"
-    cleared = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={"metadata": None})
-    assert cleared.status_code == 200 and cleared.json()["metadata"] is None
+    cleared = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={"worker_id": None})
+    assert cleared.status_code == 200 and cleared.json()["worker_id"] is None
     assert (await http.get(f"{API}/rollouts/{rid}")).json()["status"] == "succeeded"
+
+
+async def test_update_attempt_refuses_null_heartbeat_time_and_metadata(http: httpx.AsyncClient) -> None:
+    """As in v0.3: these fields take a value or are left out; null is a 400 naming the field."""
+    rid = (await started_rollout(http))["rollout_id"]
+    for field in ("last_heartbeat_time", "metadata"):
+        response = await http.post(f"{API}/rollouts/{rid}/attempts/latest", json={field: None})
+        assert response.status_code == 400 and field in response.json()["detail"], response.text
 
 
 async def test_worker_paths(http: httpx.AsyncClient) -> None:
@@ -337,7 +350,6 @@ async def test_unknown_ids_get_404_with_detail(http: httpx.AsyncClient) -> None:
         ("POST", "/rollouts/ro-missing/attempts", {}),
         ("GET", "/rollouts/ro-missing/attempts/latest", None),
         ("POST", f"/rollouts/{rid}/attempts/at-missing", {"status": "running"}),
-        ("GET", "/workers/w-missing", None),
         ("GET", "/resources/rs-missing", None),
         ("POST", "/spans/next", {"rollout_id": "ro-missing", "attempt_id": "at-missing"}),
         ("POST", "/spans", make_span("ro-missing", "at-missing", 1).model_dump()),
@@ -349,21 +361,39 @@ async def test_unknown_ids_get_404_with_detail(http: httpx.AsyncClient) -> None:
     await assert_still_serving(http)
 
 
-async def test_unexpected_errors_are_500_with_traceback() -> None:
+async def test_unknown_worker_is_200_null(http: httpx.AsyncClient, inner: InMemoryLightningStore) -> None:
+    """As in v0.3: an unknown worker id is not an error; the client reads the null as None."""
+    response = await http.get(f"{API}/workers/w-missing")
+    assert response.status_code == 200 and response.json() is None
+    client = LightningStoreClient(str(http.base_url), retry_delays=(), health_retry_delays=())
+    try:
+        assert await client.get_worker_by_id("w-missing") is None
+        await client.update_worker("w-1")
+        worker = await client.get_worker_by_id("w-1")
+        assert worker is not None and worker.worker_id == "w-1"
+    finally:
+        await client.close()
+
+
+async def test_unexpected_errors_are_500_with_an_error_id_and_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
     class BrokenStatistics(InMemoryLightningStore):
         async def statistics(self) -> Any:
-            raise RuntimeError("statistics exploded")
+            raise RuntimeError("statistics exploded in /secret/install/path")
 
     srv = LightningStoreServer(BrokenStatistics(), port=0)
     await srv.start()
     try:
         async with httpx.AsyncClient(base_url=srv.endpoint) as http:
-            response = await http.get(f"{API}/statistics")
+            with caplog.at_level(logging.ERROR, logger="agentlightning.store_http.errors"):
+                response = await http.get(f"{API}/statistics")
             assert response.status_code == 500
             payload = response.json()
-            assert payload["detail"] == "statistics exploded"
-            assert payload["error_type"] == "RuntimeError"
-            assert "statistics exploded" in payload["traceback"]
+            assert set(payload) == {"detail", "error_type", "error_id"}
+            assert payload["error_type"] == "InternalServerError" and "RuntimeError" in payload["detail"]
+            assert payload["error_id"] in payload["detail"]
+            assert "/secret/install/path" not in response.text and "Traceback" not in response.text
+            logged = [r for r in caplog.records if payload["error_id"] in r.getMessage()]
+            assert logged and logged[0].exc_info is not None  # the traceback stays in the server log
             await assert_still_serving(http)
     finally:
         await srv.stop()
@@ -542,16 +572,62 @@ async def test_span_model_roundtrip_keeps_extra_fields(server: LightningStoreSer
         await client.close()
 
 
-async def test_dashboard_files_are_served_without_token(inner: InMemoryLightningStore) -> None:
-    srv = LightningStoreServer(inner, port=0, auth_token="t")
+async def test_extra_routers_are_served_and_their_pages_are_public(
+    inner: InMemoryLightningStore, tmp_path: Path
+) -> None:
+    (tmp_path / "index.html").write_text("<h1>pages</h1>")
+    extra = APIRouter(prefix=API)
+
+    @extra.get("/extra/count")
+    async def count(request: Request) -> dict[str, int]:
+        store = request.app.state.agl_store
+        return {"rollouts": len(await store.query_rollouts())}
+
+    extra.mount("/", StaticFiles(directory=str(tmp_path), html=True))
+    srv = LightningStoreServer(inner, port=0, auth_token="t", routers=[extra])
     await srv.start()
     try:
         async with httpx.AsyncClient(base_url=srv.endpoint) as http:
             page = await http.get("/")
-            assert page.status_code == 200 and "Agent Lightning" in page.text
+            assert page.status_code == 200 and "pages" in page.text
+            assert (await http.get(f"{API}/extra/count")).status_code == 401
+            auth = {"Authorization": "Bearer t"}
+            assert (await http.get(f"{API}/extra/count", headers=auth)).json() == {"rollouts": 0}
             assert (await http.get(f"{API}/rollouts")).status_code == 401
     finally:
         await srv.stop()
+
+
+async def test_without_extra_routers_nothing_but_the_api_is_served(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            assert (await http.get("/")).status_code == 404
+            assert (await http.get(f"{API}/dashboard/info")).status_code == 404
+    finally:
+        await srv.stop()
+
+
+def test_the_store_packages_do_not_import_the_dashboard() -> None:
+    code = (
+        "import sys; from agentlightning.store import InMemoryLightningStore, LightningStoreServer; "
+        "LightningStoreServer(InMemoryLightningStore(), port=0); "
+        "assert not [m for m in sys.modules if m.startswith('agentlightning.dashboard')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_server_exposes_its_launcher(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0)
+    launcher = srv.server_launcher
+    assert isinstance(launcher, PythonServerLauncher)
+    await srv.start()
+    try:
+        assert launcher.is_running() and srv.endpoint == launcher.access_endpoint
+    finally:
+        await srv.stop()
+    assert pickle.loads(pickle.dumps(srv)).server_launcher is None
 
 
 async def test_mp_launch_with_a_store_shared_across_processes(tmp_path: Path) -> None:
@@ -570,3 +646,159 @@ async def test_mp_launch_with_a_store_shared_across_processes(tmp_path: Path) ->
         await client.close()
         await srv.stop()
         await sqlite.close()
+
+
+async def test_integers_past_64_bits_are_422_naming_the_field(tmp_path: Path) -> None:
+    """SQL backends take 64-bit integers; 2**63 used to reach SQLite and answer 500."""
+    from agentlightning.store.sqlite import SqliteLightningStore
+
+    sqlite = SqliteLightningStore(tmp_path / "big.db")
+    srv = LightningStoreServer(sqlite, port=0)
+    await srv.start()
+    huge = 2**63
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint, timeout=30) as http:
+            rid = (await started_rollout(http))["rollout_id"]
+            cases: list[tuple[str, str, Any, Any, str]] = [
+                ("POST", "/queues/rollouts/dequeue", {"limit": huge}, None, "limit"),
+                ("POST", "/rollouts/search", {"limit": huge}, None, "limit"),
+                ("POST", "/rollouts/search", {"offset": huge}, None, "offset"),
+                ("POST", f"/rollouts/{rid}/attempts/search", {"offset": -huge - 1}, None, "offset"),
+                ("POST", "/workers/search", {"limit": huge}, None, "limit"),
+                ("POST", "/spans/search", {"rollout_id": rid, "offset": huge}, None, "offset"),
+                ("GET", "/rollouts", None, {"limit": str(huge)}, "limit"),
+                ("GET", f"/rollouts/{rid}/attempts", None, {"offset": str(huge)}, "offset"),
+                ("GET", "/workers", None, {"limit": str(huge)}, "limit"),
+                ("GET", "/spans", None, {"rollout_id": rid, "offset": str(huge)}, "offset"),
+                ("GET", "/resources", None, {"limit": str(huge)}, "limit"),
+            ]
+            span = make_span(rid, (await http.get(f"{API}/rollouts/{rid}/attempts/latest")).json()["attempt_id"], huge)
+            cases += [
+                ("POST", "/spans", span.model_dump(), None, "sequence_id"),
+                ("POST", "/spans/many", [span.model_dump()], None, "sequence_id"),
+            ]
+            for method, path, body, params, field in cases:
+                response = await http.request(method, API + path, json=body, params=params)
+                assert response.status_code == 422, (path, response.text)
+                assert field in response.json()["detail"], (path, response.text)
+            await assert_still_serving(http)
+    finally:
+        await srv.stop()
+        await sqlite.close()
+
+
+# ---- request size limit ----
+
+
+async def test_bodies_over_the_limit_are_413_and_the_server_stays_small(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, max_body_size=64 * 1024)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint, timeout=30) as http:
+            rollout = await started_rollout(http)
+            span = make_span(rollout["rollout_id"], rollout["attempt"]["attempt_id"], 1).model_dump()
+            span["attributes"] = {"blob": "x" * 200_000}
+            declared = await http.post(f"{API}/spans", json=span)
+            assert declared.status_code == 413 and "--max-body-size" in declared.json()["detail"]
+
+            async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+                for _ in range(20):
+                    yield b" " * 10_000
+
+            streamed = await http.post(f"{API}/spans", content=chunks(), headers={"Content-Type": "application/json"})
+            assert streamed.status_code == 413 and "65536 bytes" in streamed.json()["detail"]
+            assert (await inner.query_spans(rollout["rollout_id"])).total == 0
+            await assert_still_serving(http)
+    finally:
+        await srv.stop()
+
+
+async def test_client_splits_span_batches_under_the_server_limit(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, max_body_size=16 * 1024)
+    await srv.start()
+    client = LightningStoreClient(srv.endpoint, retry_budget=0, max_body_size=16 * 1024)
+    try:
+        started = await client.start_rollout(input=1)
+        spans = [
+            make_span(started.rollout_id, started.attempt.attempt_id, i).model_copy(
+                update={"attributes": {"p": "y" * 3000}}
+            )
+            for i in range(1, 21)
+        ]  # ~60 KB in all: four times the limit
+        stored = await client.add_many_spans(spans)
+        assert [s.sequence_id for s in stored] == list(range(1, 21))
+        assert len(await inner.query_spans(started.rollout_id)) == 20
+        lone = spans[0].model_copy(update={"span_id": "big", "sequence_id": 99, "attributes": {"p": "z" * 20_000}})
+        with pytest.raises(ValueError, match="over this store server's limit"):
+            await client.add_many_spans([lone])
+    finally:
+        await client.close()
+        await srv.stop()
+
+
+def test_cli_parses_max_body_size() -> None:
+    from agentlightning.cli.store import build_parser
+
+    assert build_parser().parse_args(["--max-body-size", "2MB"]).max_body_size == 2 * 1024 * 1024
+    assert build_parser().parse_args(["--max-body-size", "4096"]).max_body_size == 4096
+    assert build_parser().parse_args([]).max_body_size == 16 * 1024 * 1024
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-body-size", "lots"])
+
+
+# ---- auth scheme and the OpenAPI pages ----
+
+
+async def test_bearer_scheme_is_case_insensitive(inner: InMemoryLightningStore) -> None:
+    srv = LightningStoreServer(inner, port=0, auth_token="s3cret")
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            for scheme in ("Bearer", "bearer", "BEARER"):
+                response = await http.get(f"{API}/statistics", headers={"Authorization": f"{scheme} s3cret"})
+                assert response.status_code == 200, scheme
+            assert (await http.get(f"{API}/statistics", headers={"Authorization": "Basic s3cret"})).status_code == 401
+            assert (await http.get(f"{API}/statistics", headers={"Authorization": "bearer wrong"})).status_code == 401
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("public_docs", [False, True])
+async def test_openapi_pages_need_the_token_unless_made_public(
+    inner: InMemoryLightningStore, public_docs: bool
+) -> None:
+    srv = LightningStoreServer(inner, port=0, auth_token="s3cret", public_docs=public_docs)
+    await srv.start()
+    try:
+        async with httpx.AsyncClient(base_url=srv.endpoint) as http:
+            for path in ("/openapi.json", "/docs", "/redoc"):
+                anonymous = await http.get(path)
+                assert anonymous.status_code == (200 if public_docs else 401), path
+                authorized = await http.get(path, headers={"Authorization": "Bearer s3cret"})
+                assert authorized.status_code == 200, path
+    finally:
+        await srv.stop()
+
+
+async def test_openapi_documents_every_post_body_and_the_error_shape(http: httpx.AsyncClient) -> None:
+    document = (await http.get("/openapi.json")).json()
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas and schemas["ErrorBody"]["required"] == ["detail", "error_type"]
+    posts = [(path, ops["post"]) for path, ops in document["paths"].items() if "post" in ops]
+    assert len(posts) >= 15
+    for path, operation in posts:
+        assert "requestBody" in operation, path
+        for status in ("400", "401", "413", "422", "500"):
+            assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorBody"
+            }, (path, status)
+    update = document["paths"]["/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}"]["post"]
+    body_ref = update["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert {"status", "worker_id", "last_heartbeat_time", "metadata"} <= set(schemas[body_ref]["properties"])
+
+
+def test_numbers_a_backend_cannot_store_are_422_not_500() -> None:
+    from agentlightning.store_http.errors import error_from_exception
+
+    status, body = error_from_exception(OverflowError("Python int too large to convert to SQLite INTEGER"))
+    assert status == 422 and b"out of range" in body

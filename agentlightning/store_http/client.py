@@ -1,0 +1,592 @@
+"""`LightningStoreClient`: the `LightningStore` contract over HTTP, talking to a `LightningStoreServer`.
+
+One aiohttp session (with its connection pool) per event loop, created on first use. Transport
+errors, 5xx and 408 are retried within a time budget (see `retry`), long enough to ride out a server
+restart; other 4xx raise at once with the server's message, as `ValueError` / `KeyError` /
+`PermissionError` like an in-process store would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional, TypeVar, Union
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import TypeAdapter
+
+from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
+from agentlightning.store.forwarding import ForwardingLightningStore
+from agentlightning.types import (
+    Attempt,
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    Span,
+    TaskInput,
+    Worker,
+)
+
+from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
+from .errors import (
+    NOT_FOUND_ERROR_TYPE,
+    LightningStoreNotFoundError,
+    LightningStoreServerError,
+    LightningStoreUnavailableError,
+    exception_from_response,
+)
+from .limits import DEFAULT_MAX_BODY_SIZE
+from .retry import RETRY_BUDGET_ENV, RetryBackoff, retry_budget_from_env
+
+__all__ = ["LightningStoreClient"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+AUTH_TOKEN_ENV = "AGL_STORE_TOKEN"
+API_PATH = "/v1/agl"
+WAIT_COMPLETE_HEADER = "X-AGL-Wait-Complete"  # set by the server on each long-poll answer
+
+_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    asyncio.TimeoutError,
+    OSError,
+)
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+_ROLLOUT: TypeAdapter[Rollout] = TypeAdapter(Rollout)
+_ROLLOUTS: TypeAdapter[list[Rollout]] = TypeAdapter(list[Rollout])
+_ANY_ROLLOUT: TypeAdapter[Union[AttemptedRollout, Rollout]] = TypeAdapter(Union[AttemptedRollout, Rollout])
+_ATTEMPTED: TypeAdapter[AttemptedRollout] = TypeAdapter(AttemptedRollout)
+_ATTEMPTED_LIST: TypeAdapter[list[AttemptedRollout]] = TypeAdapter(list[AttemptedRollout])
+_ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Union[AttemptedRollout, Rollout]]] = TypeAdapter(
+    PaginatedResult[Union[AttemptedRollout, Rollout]]
+)
+_ATTEMPT: TypeAdapter[Attempt] = TypeAdapter(Attempt)
+_ATTEMPT_PAGE: TypeAdapter[PaginatedResult[Attempt]] = TypeAdapter(PaginatedResult[Attempt])
+_SPAN: TypeAdapter[Span] = TypeAdapter(Span)
+_OPTIONAL_SPAN: TypeAdapter[Optional[Span]] = TypeAdapter(Optional[Span])  # null: a duplicate, not stored
+_SPANS: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
+_SPAN_PAGE: TypeAdapter[PaginatedResult[Span]] = TypeAdapter(PaginatedResult[Span])
+_RESOURCES: TypeAdapter[ResourcesUpdate] = TypeAdapter(ResourcesUpdate)
+_RESOURCES_PAGE: TypeAdapter[PaginatedResult[ResourcesUpdate]] = TypeAdapter(PaginatedResult[ResourcesUpdate])
+_WORKER: TypeAdapter[Worker] = TypeAdapter(Worker)
+_WORKER_PAGE: TypeAdapter[PaginatedResult[Worker]] = TypeAdapter(PaginatedResult[Worker])
+_DICT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+_DEQUEUE_HEADERS = {**_JSON_HEADERS, WANT_RESOURCES_VERSIONS_HEADER: "1"}
+
+
+def _seg(value: str, what: str = "id") -> str:
+    """`value` as one URL path segment; an empty id is refused here, as the store would refuse it."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    return quote(value, safe="")
+
+
+def _json_value(value: Any) -> Any:
+    """Sequences (tuples, pages) as JSON lists; anything else as is."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list)):
+        return list(value)  # type: ignore[arg-type]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Endpoint:
+    """How a contract method travels over HTTP.
+
+    `{name}` in `path` takes the argument `name` (one escaped path segment). The other arguments form
+    the JSON body (those left UNSET are omitted, so the store leaves the field unchanged), or the URL
+    query with `query=True`; `body_from` sends one argument as the whole body instead. With
+    `optional=True` a 'not found' answer or `null` means None, as the contract's `Optional` returns.
+    """
+
+    method: str
+    path: str
+    adapter: TypeAdapter[Any]
+    optional: bool = False
+    query: bool = False
+    body_from: Optional[str] = None
+
+    def path_names(self) -> list[str]:
+        return [part[1:-1] for part in self.path.split("/") if part.startswith("{")]
+
+
+_ENDPOINTS: dict[str, _Endpoint] = {
+    "statistics": _Endpoint("GET", "/statistics", _DICT),
+    "start_rollout": _Endpoint("POST", "/rollouts", _ATTEMPTED),
+    "start_attempt": _Endpoint("POST", "/rollouts/{rollout_id}/attempts", _ATTEMPTED),
+    "query_rollouts": _Endpoint("POST", "/rollouts/search", _ROLLOUT_PAGE),
+    "get_rollout_by_id": _Endpoint("GET", "/rollouts/{rollout_id}", _ANY_ROLLOUT, optional=True),
+    "update_rollout": _Endpoint("POST", "/rollouts/{rollout_id}", _ROLLOUT),
+    "query_attempts": _Endpoint("POST", "/rollouts/{rollout_id}/attempts/search", _ATTEMPT_PAGE),
+    "get_latest_attempt": _Endpoint("GET", "/rollouts/{rollout_id}/attempts/latest", _ATTEMPT, optional=True),
+    "update_attempt": _Endpoint("POST", "/rollouts/{rollout_id}/attempts/{attempt_id}", _ATTEMPT),
+    "add_span": _Endpoint("POST", "/spans", _OPTIONAL_SPAN, body_from="span"),
+    "query_spans": _Endpoint("POST", "/spans/search", _SPAN_PAGE),
+    "query_resources": _Endpoint("GET", "/resources", _RESOURCES_PAGE, query=True),
+    "query_workers": _Endpoint("POST", "/workers/search", _WORKER_PAGE),
+    "get_worker_by_id": _Endpoint("GET", "/workers/{worker_id}", _WORKER, optional=True),
+    "update_worker": _Endpoint("POST", "/workers/{worker_id}", _WORKER),
+}
+
+
+class LightningStoreClient(ForwardingLightningStore):
+    """A store living behind the server at `server_address` (e.g. `http://127.0.0.1:4747`).
+
+    Failed requests (transport errors, 5xx, 408) are sent again with jittered exponential backoff for
+    up to `retry_budget` seconds (default 60, env `AGL_STORE_RETRY_BUDGET`; 0 disables retries); then
+    a transport failure raises `LightningStoreUnavailableError` naming the server. `retry_delays`
+    replaces the backoff with a fixed schedule; with `health_retry_delays` each retry first probes
+    `/health` and a server that never answers ends the retries. `auth_token` (or env `AGL_STORE_TOKEN`)
+    is sent as a bearer token. `add_many_spans` splits batches so no request is over `max_body_size`
+    bytes (the server's limit, 16 MiB by default).
+
+    `server_address` is the API base, `http://host:port/v1/agl` (as in v0.3), whichever form was given.
+    Contract methods without an entry in `_ENDPOINTS` below are written out where they need more than
+    one request shape (the queue, waits, batched spans, cached resources).
+    """
+
+    #: Longest single long-poll of `wait_for_rollouts`; longer waits are several polls.
+    wait_poll_seconds: float = 30.0
+
+    def __init__(
+        self,
+        server_address: str,
+        *,
+        retry_budget: Optional[float] = None,
+        retry_delays: Optional[Sequence[float]] = None,
+        health_retry_delays: Sequence[float] = (),
+        request_timeout: float = 30.0,
+        connection_timeout: float = 5.0,
+        auth_token: Optional[str] = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    ) -> None:
+        root = server_address.rstrip("/")
+        if root.endswith(API_PATH):
+            root = root[: -len(API_PATH)]
+        if not root.startswith(("http://", "https://")):
+            raise ValueError(
+                f"server_address must be an http(s) URL like 'http://127.0.0.1:4747', got {server_address!r}"
+            )
+        self.server_root = root
+        self.retry_budget = retry_budget_from_env() if retry_budget is None else float(retry_budget)
+        if not self.retry_budget >= 0:
+            raise ValueError(f"retry_budget must be >= 0 seconds, got {retry_budget!r}")
+        self.retry_delays: Optional[tuple[float, ...]] = None if retry_delays is None else tuple(retry_delays)
+        self.health_retry_delays: tuple[float, ...] = tuple(health_retry_delays)
+        self.max_body_size = max_body_size
+        self.request_timeout = request_timeout
+        self.connection_timeout = connection_timeout
+        self.auth_token: Optional[str] = auth_token or os.environ.get(AUTH_TOKEN_ENV) or None
+        self._init_runtime()
+
+    @property
+    def server_address(self) -> str:
+        """The API base URL, e.g. `http://127.0.0.1:4747/v1/agl`."""
+        return self.server_root + API_PATH
+
+    def _init_runtime(self) -> None:
+        self._api = self.server_root + API_PATH
+        self._health_url = self._api + "/health"
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._sessions_lock = threading.Lock()
+        self._resources = ResourcesHints()
+        self._timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connection_timeout)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "server_root": self.server_root,
+            "retry_budget": self.retry_budget,
+            "retry_delays": self.retry_delays,
+            "health_retry_delays": self.health_retry_delays,
+            "request_timeout": self.request_timeout,
+            "max_body_size": self.max_body_size,
+            "connection_timeout": self.connection_timeout,
+            "auth_token": self.auth_token,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+        self._init_runtime()
+
+    def __repr__(self) -> str:
+        return f"LightningStoreClient({self.server_root!r})"
+
+    # ---- transport ----
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is not None and not session.closed:
+            return session
+        with self._sessions_lock:
+            for stale in [lp for lp in self._sessions if lp.is_closed()]:
+                del self._sessions[stale]
+            headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else None
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=30.0),
+                timeout=self._timeout,
+                headers=headers,
+            )
+            self._sessions[loop] = session
+            return session
+
+    async def close(self) -> None:
+        """Close every HTTP session: the running loop's now, those of other running loops on their loops.
+
+        A session whose loop is already closed cannot be closed any more; close it first with
+        `close_loop_resources()` on that loop.
+        """
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, {}
+        current = asyncio.get_running_loop()
+        elsewhere: list[asyncio.Future[None]] = []
+        for loop, session in sessions.items():
+            if session.closed:
+                continue
+            if loop is current:
+                await session.close()
+            elif loop.is_running():
+                elsewhere.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.close(), loop)))
+        if elsewhere:
+            # Bounded: a loop that stopped meanwhile never runs the close.
+            done, _ = await asyncio.wait(elsewhere, timeout=self.connection_timeout)
+            for future in done:
+                if not future.cancelled() and future.exception() is not None:
+                    logger.debug("closing an HTTP session on another loop failed: %r", future.exception())
+
+    async def close_loop_resources(self) -> None:
+        """Close the HTTP session of the running event loop only (call before closing a loop you created)."""
+        loop = asyncio.get_running_loop()
+        with self._sessions_lock:
+            session = self._sessions.pop(loop, None)
+        if session is not None and not session.closed:
+            await session.close()
+
+    async def _probe_health(self) -> bool:
+        """Whether `/v1/agl/health` answers, trying again after each of `health_retry_delays`."""
+        timeout = aiohttp.ClientTimeout(total=self.connection_timeout)
+        for attempt in range(len(self.health_retry_delays) + 1):
+            try:
+                async with self._session().get(self._health_url, timeout=timeout) as response:
+                    if response.status == 200:
+                        return True
+            except _TRANSPORT_ERRORS:
+                pass
+            if attempt < len(self.health_retry_delays):
+                await asyncio.sleep(self.health_retry_delays[attempt])
+        return False
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        params: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[aiohttp.ClientTimeout] = None,
+        none_if_missing: bool = False,
+        response_headers: Optional[dict[str, str]] = None,
+        request_headers: Optional[Mapping[str, str]] = None,
+        raw_body: Optional[bytes] = None,
+    ) -> Optional[bytes]:
+        """Send one API request with the retry rules; returns the body, or None for a 'not found' answer."""
+        if "//" in path or path.endswith("/"):
+            raise ValueError(f"empty id in request {method} {path!r}; ids must be non-empty strings")
+        ResourcesHints.drop()
+        url = self._api + path
+        data = _ANY.dump_json(payload, serialize_as_any=True) if payload is not None else raw_body
+        headers = request_headers or (_JSON_HEADERS if data is not None else None)
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            try:
+                async with self._session().request(
+                    method,
+                    url,
+                    data=data,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout or self._timeout,
+                    allow_redirects=False,
+                ) as response:
+                    status = response.status
+                    body = await response.read()
+                    if response_headers is not None:
+                        response_headers.update((k.lower(), v) for k, v in response.headers.items())
+            except _TRANSPORT_ERRORS as exc:
+                error: Exception = exc
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                if status < 400:
+                    return body
+                error = exception_from_response(status, body, url)
+                if none_if_missing and isinstance(error, LightningStoreNotFoundError):
+                    if error.error_type == NOT_FOUND_ERROR_TYPE:
+                        return None
+                if not ((status >= 500 and status != 501) or status == 408):
+                    raise error
+                reason = f"HTTP {status}"
+            elapsed = time.monotonic() - started
+            delay = self._retry_delay(attempt, elapsed)
+            if delay is None:
+                raise self._gave_up(error, method, url, attempt + 1, elapsed)
+            if self.health_retry_delays and not await self._probe_health():
+                logger.warning("%s %s failed (%s) and the store server is not healthy; giving up", method, url, reason)
+                raise self._gave_up(error, method, url, attempt + 1, time.monotonic() - started)
+            attempt += 1
+            if self.retry_delays is not None:
+                logger.info(
+                    "%s %s failed (%s); retry %d/%d in %.2fs",
+                    method,
+                    url,
+                    reason,
+                    attempt,
+                    len(self.retry_delays),
+                    delay,
+                )
+            else:
+                logger.info(
+                    "%s %s failed (%s); retry %d in %.2fs (%.0fs left of the %.0fs retry budget)",
+                    method,
+                    url,
+                    reason,
+                    attempt,
+                    delay,
+                    self.retry_budget - elapsed,
+                    self.retry_budget,
+                )
+            await asyncio.sleep(delay)
+
+    def _retry_delay(self, retry: int, elapsed: float) -> Optional[float]:
+        """Seconds before retry number `retry`, or None to give up: the explicit delays, else the budget's backoff."""
+        if self.retry_delays is not None:
+            return self.retry_delays[retry] if retry < len(self.retry_delays) else None
+        return RetryBackoff(budget=self.retry_budget).delay(retry, elapsed)
+
+    def _gave_up(self, error: Exception, method: str, url: str, tries: int, elapsed: float) -> Exception:
+        """The error to raise once retries are over: a transport failure becomes one that names the server."""
+        if isinstance(error, LightningStoreServerError):
+            return error
+        unavailable = LightningStoreUnavailableError(
+            f"store server at {self.server_root} unreachable: {method} {url} failed {tries} time(s) over "
+            f"{elapsed:.1f}s ({type(error).__name__}: {error}); is it running? The client retries for "
+            f"retry_budget={self.retry_budget:g}s (env {RETRY_BUDGET_ENV})"
+        )
+        unavailable.__cause__ = error
+        return unavailable
+
+    async def _call(self, adapter: TypeAdapter[T], method: str, path: str, payload: Any = None, **kwargs: Any) -> T:
+        body = await self._request(method, path, payload, **kwargs)
+        assert body is not None
+        return adapter.validate_json(body)
+
+    async def _forward(self, method: str, arguments: dict[str, Any]) -> Any:
+        endpoint = _ENDPOINTS.get(method)
+        if endpoint is None:  # a batch call without its own route: the contract's default, over the routes above
+            return await getattr(LightningStore, method)(self, **arguments)
+        fields = {name: value for name, value in arguments.items() if not is_unset(value)}
+        path = endpoint.path
+        for name in endpoint.path_names():
+            segment = _seg(fields.pop(name), name)
+            if not segment:
+                if endpoint.optional:
+                    return None  # an empty id names nothing
+                raise ValueError(f"{name} must be a non-empty string, got ''")
+            path = path.replace("{" + name + "}", segment)
+        payload: Any = None
+        params: Optional[dict[str, str]] = None
+        if endpoint.body_from is not None:
+            payload = fields[endpoint.body_from]
+        elif endpoint.query:
+            params = {k: v if isinstance(v, str) else str(v) for k, v in fields.items() if v is not None}
+        elif endpoint.method == "POST":
+            payload = {name: _json_value(value) for name, value in fields.items()}
+        body = await self._request(endpoint.method, path, payload, params=params, none_if_missing=endpoint.optional)
+        if body is None or (endpoint.optional and body == b"null"):
+            return None
+        return endpoint.adapter.validate_json(body)
+
+    # ---- the LightningStore contract ----
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=True)
+
+    def otlp_traces_endpoint(self) -> str:
+        return f"{self.server_root}/v1/traces"
+
+    async def health(self) -> bool:
+        """Whether the server answers its health check now (single probe, no retries)."""
+        try:
+            async with self._session().get(
+                self._health_url, timeout=aiohttp.ClientTimeout(total=self.connection_timeout)
+            ) as response:
+                return response.status == 200
+        except _TRANSPORT_ERRORS:
+            return False
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+    ) -> Rollout:
+        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config, "metadata": metadata}
+        rollouts = await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": [request]})
+        return rollouts[0]
+
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        return await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": list(rollouts)})
+
+    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+        """Claim the next rollout; None when the queue is empty.
+
+        Errors are raised, never read as an empty queue: a refused token or request at once, a server
+        that stays unreachable once the retry budget is spent.
+        """
+        claimed = await self._dequeue(1, worker_id)
+        return claimed[0] if claimed else None
+
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+        if limit <= 0:
+            return []
+        return await self._dequeue(limit, worker_id)
+
+    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+        """Claim rollouts, keeping the resources versions the server reports for them (see `_resources_hint`)."""
+        headers: dict[str, str] = {}
+        body = await self._request(
+            "POST",
+            "/queues/rollouts/dequeue",
+            {"limit": limit, "worker_id": worker_id},
+            response_headers=headers,
+            request_headers=_DEQUEUE_HEADERS,
+        )
+        assert body is not None
+        claimed = _ATTEMPTED_LIST.validate_json(body)
+        if claimed:
+            self._resources.remember(headers.get(RESOURCES_VERSIONS_HEADER.lower()))
+        return claimed
+
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
+        """Long-poll the server until every known rollout is terminal or `timeout` passes (None: no deadline)."""
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        ids = list(rollout_ids)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = self.wait_poll_seconds if deadline is None else max(0.0, deadline - loop.time())
+            poll = min(remaining, self.wait_poll_seconds)
+            request_timeout = aiohttp.ClientTimeout(
+                total=poll + self.request_timeout, sock_connect=self.connection_timeout
+            )
+            body, complete = await self._wait_once(ids, poll, request_timeout)
+            finished = _ROLLOUTS.validate_json(body)
+            if complete or (deadline is not None and loop.time() >= deadline):
+                return finished
+
+    async def _wait_once(
+        self, ids: list[str], poll: float, request_timeout: aiohttp.ClientTimeout
+    ) -> tuple[bytes, bool]:
+        headers: dict[str, str] = {}
+        body = await self._request(
+            "POST",
+            "/waits/rollouts",
+            {"rollout_ids": ids, "timeout": poll},
+            timeout=request_timeout,
+            response_headers=headers,
+        )
+        assert body is not None
+        return body, headers.get(WAIT_COMPLETE_HEADER.lower(), "true") == "true"
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
+        """Store several spans in one request (all or nothing, like the in-process stores).
+
+        A batch larger than `max_body_size` bytes goes as several requests under the limit, each all or nothing.
+        """
+        stored: list[Span] = []
+        for batch in self._span_batches(spans):
+            body = await self._request("POST", "/spans/many", raw_body=batch)
+            assert body is not None
+            stored.extend(_SPANS.validate_json(body))
+        return stored
+
+    def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
+        """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
+        batches: list[bytes] = []
+        current: list[bytes] = []
+        size = 2  # the brackets
+        for span in spans:
+            encoded = _SPAN.dump_json(span, serialize_as_any=True)
+            if current and size + len(encoded) + 1 > self.max_body_size:
+                batches.append(b"[" + b",".join(current) + b"]")
+                current, size = [], 2
+            current.append(encoded)
+            size += len(encoded) + 1
+        if current:
+            batches.append(b"[" + b",".join(current) + b"]")
+        return batches
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        if not rollout_attempt_ids:
+            return []
+        payload = {"rollout_attempt_ids": [list(pair) for pair in rollout_attempt_ids]}
+        result = await self._call(_DICT, "POST", "/spans/next/many", payload)
+        return [int(v) for v in result["sequence_ids"]]
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        payload = {"rollout_id": rollout_id, "attempt_id": attempt_id}
+        result = await self._call(_DICT, "POST", "/spans/next", payload)
+        return int(result["sequence_id"])
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._read_resources("POST", "/resources", dict(resources))  # type: ignore[return-value]
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        path = f"/resources/{_seg(resources_id, 'resources_id')}"
+        return await self._read_resources("POST", path, dict(resources))  # type: ignore[return-value]
+
+    async def get_resources_by_id(self, resources_id: str) -> Optional[ResourcesUpdate]:
+        """The bundle, from the client's cache when the last dequeue reported its version current."""
+        cached = self._resources.by_id(resources_id) if isinstance(resources_id, str) else None
+        if cached is not None:
+            return _RESOURCES.validate_json(cached)
+        path = f"/resources/{_seg(resources_id, 'resources_id')}"
+        if path.endswith("/"):
+            return None  # an empty id names nothing
+        return await self._read_resources("GET", path)
+
+    async def get_latest_resources(self) -> Optional[ResourcesUpdate]:
+        """The latest bundle, answered from the last dequeue's report when it settles the question."""
+        known, cached = self._resources.latest()
+        if known:
+            return None if cached is None else _RESOURCES.validate_json(cached)
+        return await self._read_resources("GET", "/resources/latest")
+
+    async def _read_resources(self, method: str, path: str, payload: Any = None) -> Optional[ResourcesUpdate]:
+        body = await self._request(method, path, payload, none_if_missing=method == "GET")
+        if body is None:
+            return None
+        update = _RESOURCES.validate_json(body)
+        self._resources.keep(update, body)
+        return update

@@ -1,0 +1,25 @@
+"""Server-wide routes: the health check and the store's statistics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..bodies import JSON_MEDIA_TYPE, StoreRoute, json_response
+from ..context import API_PREFIX, store_of
+
+__all__ = ["build_statistics_router"]
+
+
+def build_statistics_router() -> APIRouter:
+    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["statistics"])
+
+    @api.get("/health")
+    async def health() -> Response:
+        return Response(b'{"status":"ok"}', media_type=JSON_MEDIA_TYPE)
+
+    @api.get("/statistics")
+    async def statistics(request: Request) -> Response:
+        return json_response(await store_of(request).statistics())
+
+    return api
