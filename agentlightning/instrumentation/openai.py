@@ -1,4 +1,4 @@
-"""Zero-code-change instrumentation of the `openai` chat-completions client.
+"""Zero-code-change instrumentation of the `openai` client: chat completions and the Responses API.
 
 `instrument_openai()` patches `create` and `parse` of `Completions` and `AsyncCompletions` (and of the
 `beta.chat.completions` classes of older clients) so every chat completion (sync, async, streamed,
@@ -10,15 +10,21 @@ structured-output calls (e.g. LangChain's `with_structured_output`) would otherw
 The request and response conversions (`request_to_attributes`, `response_to_attributes`) work on plain
 JSON dicts and are shared with the LLM proxy; `ChatCompletionAccumulator` rebuilds a response dict from
 streamed chunks so streamed calls get the same attributes.
+
+`Responses` / `AsyncResponses` (`create`, `parse`, and `stream()` through `create`) are patched the same
+way with the call format of `openai_responses`: one `openai.responses` span per call. `CallFormat` and
+`wrap_sync_call` / `wrap_async_call` are reused by the Anthropic and LiteLLM instrumentations.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from opentelemetry import context as otel_context
@@ -38,6 +44,11 @@ __all__ = [
     "request_to_attributes",
     "response_to_attributes",
     "ChatCompletionAccumulator",
+    "CallFormat",
+    "CHAT_FORMAT",
+    "wrap_sync_call",
+    "wrap_async_call",
+    "materialize_iterables",
 ]
 
 logger = logging.getLogger(__name__)
@@ -302,21 +313,51 @@ def _tracer() -> trace_api.Tracer:
     return trace_api.get_tracer("agentlightning.instrumentation.openai")
 
 
-class _LLMCall:
-    """The span of one chat completion; ends exactly once."""
+@dataclass(frozen=True)
+class CallFormat:
+    """How one API (chat completions, Responses, Anthropic Messages, LiteLLM) becomes an LLM span.
 
-    def __init__(self, request: Mapping[str, Any]) -> None:
+    `request_attributes` / `response_attributes` turn the JSON request / final response into `gen_ai.*`
+    attributes; `accumulator()` makes an object with `add(event)` and `to_response()` that rebuilds the final
+    response of a stream; `is_response(obj)` recognises a complete (unstreamed) result.
+    """
+
+    span_name: str
+    request_attributes: Callable[[Mapping[str, Any]], Attributes]
+    response_attributes: Callable[[Mapping[str, Any]], Attributes]
+    accumulator: Callable[[], Any]
+    is_response: Callable[[Any], bool]
+    instrument_stream: Optional[Callable[[Any, Any], bool]] = None
+    """For clients whose streams are not OpenAI/Anthropic `Stream`s: instrument `(result, call)` in place and
+    return True, or return False when `result` is not a stream of that client."""
+
+
+CHAT_FORMAT = CallFormat(
+    LLM_SPAN_NAME,
+    request_to_attributes,
+    response_to_attributes,
+    ChatCompletionAccumulator,
+    lambda result: hasattr(result, "choices"),
+)
+
+
+class _LLMCall:
+    """The span of one LLM API call; ends exactly once."""
+
+    def __init__(self, request: Mapping[str, Any], call_format: CallFormat = CHAT_FORMAT) -> None:
         parent = trace_api.get_current_span()
         self._lock = threading.Lock()
         self._ended = False
+        self.format = call_format
         # When another instrumentation (e.g. AgentOps) already opened the span for this same call, enrich
         # it instead of opening a second one.
-        if parent.is_recording() and getattr(parent, "name", None) == LLM_SPAN_NAME:
+        if parent.is_recording() and getattr(parent, "name", None) == call_format.span_name:
             self.span, self.owned = parent, False
         else:
-            self.span, self.owned = _tracer().start_span(LLM_SPAN_NAME, kind=trace_api.SpanKind.CLIENT), True
+            span = _tracer().start_span(call_format.span_name, kind=trace_api.SpanKind.CLIENT)
+            self.span, self.owned = span, True
         if self.span.is_recording():
-            self.span.set_attributes(request_to_attributes(request))
+            self.span.set_attributes(call_format.request_attributes(request))
 
     def finish(self, response: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
         with self._lock:
@@ -326,32 +367,32 @@ class _LLMCall:
         try:
             if self.span.is_recording():
                 if response is not None:
-                    self.span.set_attributes(response_to_attributes(response))
+                    self.span.set_attributes(self.format.response_attributes(response))
                 if error is not None:
                     self.span.set_attributes(format_exception_attributes(error))
                     self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
         except Exception:
-            logger.exception("could not record chat completion attributes on span %s", LLM_SPAN_NAME)
+            logger.exception("could not record response attributes on span %s", self.format.span_name)
         finally:
             if self.owned:
                 self.span.end()
 
 
-def _materialize_iterables(kwargs: dict[str, Any]) -> None:
+def materialize_iterables(kwargs: dict[str, Any]) -> None:
     """The client accepts any iterable of messages/tools; read one-shot iterators once, for us and the call."""
-    for key in ("messages", "tools", "functions"):
+    for key in ("messages", "tools", "functions", "input", "system"):
         value = kwargs.get(key)
         if value is not None and not isinstance(value, (list, tuple, Mapping, str)) and hasattr(value, "__iter__"):
             kwargs[key] = list(value)
 
 
-def _start_call(kwargs: dict[str, Any]) -> Optional[_LLMCall]:
+def _start_call(kwargs: dict[str, Any], call_format: CallFormat) -> Optional[_LLMCall]:
     """Open the span of a call; instrumentation problems are logged, never raised into the agent."""
     try:
-        _materialize_iterables(kwargs)
-        return _LLMCall(_request_from_kwargs(kwargs))
+        materialize_iterables(kwargs)
+        return _LLMCall(_request_from_kwargs(kwargs), call_format)
     except Exception:
-        logger.exception("could not start the %s span; the call proceeds untraced", LLM_SPAN_NAME)
+        logger.exception("could not start the %s span; the call proceeds untraced", call_format.span_name)
         return None
 
 
@@ -359,7 +400,7 @@ def _finish_call(result: Any, call: _LLMCall) -> None:
     try:
         _handle_result(result, call)
     except Exception:
-        logger.exception("could not record the result of a chat completion on its span")
+        logger.exception("could not record the result of an LLM call on its %s span", call.format.span_name)
         call.finish()
 
 
@@ -377,7 +418,7 @@ def _is_given(value: Any) -> bool:
 
 def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
     """Wrap a `Stream` in place (its type stays `openai.Stream`) so the span ends with the stream."""
-    accumulator = ChatCompletionAccumulator()
+    accumulator = call.format.accumulator()
     original_iterator = stream._iterator
     original_close = stream.close
 
@@ -404,7 +445,7 @@ def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
 
 
 def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
-    accumulator = ChatCompletionAccumulator()
+    accumulator = call.format.accumulator()
     original_iterator = stream._iterator
     original_close = stream.close
 
@@ -432,17 +473,19 @@ def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
 
 def _handle_result(result: Any, call: _LLMCall) -> None:
     """Attach the call's span to whatever `create` returned: a completion, a stream, or a raw response."""
-    from openai import AsyncStream, Stream
-
     target = result
     parse = getattr(result, "parse", None)
     if type(result).__name__ == "LegacyAPIResponse" and callable(parse):
         target = parse()  # cached by the response, so the caller's own parse() returns the same object
-    if isinstance(target, Stream):
+    # OpenAI's and Anthropic's `Stream` / `AsyncStream` (same generator) read events from `_iterator`.
+    iterator = getattr(target, "_iterator", None)
+    if call.format.instrument_stream is not None and call.format.instrument_stream(target, call):
+        return
+    if inspect.isgenerator(iterator) and callable(getattr(target, "close", None)):
         _instrument_sync_stream(target, call)
-    elif isinstance(target, AsyncStream):
+    elif inspect.isasyncgen(iterator) and callable(getattr(target, "close", None)):
         _instrument_async_stream(target, call)
-    elif hasattr(target, "choices"):
+    elif call.format.is_response(target):
         call.finish(_as_dict(target))
     else:
         # e.g. `with_streaming_response`, whose body is read later by the caller: request attributes only.
@@ -466,17 +509,21 @@ def _use_span(span: trace_api.Span) -> Any:
     return trace_api.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
 
-def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_sync_call(
+    original: Callable[..., Any], call_format: CallFormat, enabled: Callable[[], bool]
+) -> Callable[..., Any]:
+    """A wrapper of a sync client method that records each call as one `call_format` span."""
+
     @functools.wraps(original)
-    def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _state.enabled or _suppressed():
-            return original(self, *args, **kwargs)
-        call = _start_call(kwargs)
+    def create(*args: Any, **kwargs: Any) -> Any:
+        if not enabled() or _suppressed():
+            return original(*args, **kwargs)
+        call = _start_call(kwargs, call_format)
         if call is None:
-            return original(self, *args, **kwargs)
+            return original(*args, **kwargs)
         try:
             with _use_span(call.span):
-                result = _call_suppressed(original, self, *args, **kwargs)
+                result = _call_suppressed(original, *args, **kwargs)
         except Exception as exc:
             call.finish(error=exc)
             raise
@@ -487,19 +534,23 @@ def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
     return create
 
 
-def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_async_call(
+    original: Callable[..., Any], call_format: CallFormat, enabled: Callable[[], bool]
+) -> Callable[..., Any]:
+    """A wrapper of an async client method that records each call as one `call_format` span."""
+
     @functools.wraps(original)
-    async def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _state.enabled or _suppressed():
-            return await original(self, *args, **kwargs)
-        call = _start_call(kwargs)
+    async def create(*args: Any, **kwargs: Any) -> Any:
+        if not enabled() or _suppressed():
+            return await original(*args, **kwargs)
+        call = _start_call(kwargs, call_format)
         if call is None:
-            return await original(self, *args, **kwargs)
+            return await original(*args, **kwargs)
         try:
             with _use_span(call.span):
                 token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
                 try:
-                    result = await original(self, *args, **kwargs)
+                    result = await original(*args, **kwargs)
                 finally:
                     otel_context.detach(token)
         except Exception as exc:
@@ -529,18 +580,33 @@ class _InstrumentationState:
 _state = _InstrumentationState()
 
 
-# Methods that send a chat completion request; `parse` posts on its own (it does not call `create`).
+# Methods that send a request; `parse` posts on its own (it does not call `create`). The Responses
+# `stream()` helper goes through `create`, so it is covered.
 _METHODS = ("create", "parse")
 
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
-    """(class, method, wrapper factory) for every client method that sends a chat completion."""
+
+def _is_enabled() -> bool:
+    return _state.enabled
+
+
+def _wrappers(call_format: CallFormat) -> tuple[Wrap, Wrap]:
+    def sync(original: Callable[..., Any]) -> Callable[..., Any]:
+        return wrap_sync_call(original, call_format, _is_enabled)
+
+    def async_(original: Callable[..., Any]) -> Callable[..., Any]:
+        return wrap_async_call(original, call_format, _is_enabled)
+
+    return sync, async_
+
+
+def _targets() -> list[tuple[type, str, Wrap]]:
+    """(class, method, wrapper factory) for every client method that sends a chat completion or a response."""
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    classes: list[tuple[type, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
-        (Completions, _wrap_sync),
-        (AsyncCompletions, _wrap_async),
-    ]
+    chat_sync, chat_async = _wrappers(CHAT_FORMAT)
+    classes: list[tuple[type, Wrap]] = [(Completions, chat_sync), (AsyncCompletions, chat_async)]
     try:  # openai < 2 keeps structured outputs in separate `beta.chat.completions` classes
         from openai.resources.beta.chat.completions import (  # type: ignore[import-not-found]
             AsyncCompletions as BetaAsyncCompletions,  # type: ignore[reportUnknownVariableType]
@@ -551,7 +617,16 @@ def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
     except ImportError:
         pass
     else:
-        classes += [(BetaCompletions, _wrap_sync), (BetaAsyncCompletions, _wrap_async)]  # type: ignore[list-item]
+        classes += [(BetaCompletions, chat_sync), (BetaAsyncCompletions, chat_async)]  # type: ignore[list-item]
+    try:  # the Responses API (openai >= 1.66)
+        from openai.resources.responses import AsyncResponses, Responses
+    except ImportError:
+        pass
+    else:
+        from .openai_responses import RESPONSES_FORMAT
+
+        responses_sync, responses_async = _wrappers(RESPONSES_FORMAT)
+        classes += [(Responses, responses_sync), (AsyncResponses, responses_async)]
     return [(cls, name, wrap) for cls, wrap in classes for name in _METHODS if callable(cls.__dict__.get(name))]
 
 

@@ -221,9 +221,10 @@ class OtelTracer(Tracer):
 
     @staticmethod
     def _instrument_openai_client() -> None:
-        from agentlightning.instrumentation.openai import instrument_openai
+        """The OpenAI client (chat + Responses), and Anthropic / LiteLLM once imported."""
+        from agentlightning.instrumentation import instrument_llm_clients
 
-        instrument_openai()
+        instrument_llm_clients()
 
     # ---- tracing ----
 

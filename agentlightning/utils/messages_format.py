@@ -381,3 +381,5 @@ class MessagesStreamAccumulator:
             blocks.append(block)
         message["content"] = blocks
         return message
+
+    to_response = to_message
