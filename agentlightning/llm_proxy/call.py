@@ -9,9 +9,10 @@ from typing import Any, Literal, Optional
 
 from .models import Deployment
 
-__all__ = ["CallKind", "ProxyCall", "ENDPOINT_OF_KIND"]
+__all__ = ["CallKind", "ClientApi", "ProxyCall", "ENDPOINT_OF_KIND"]
 
 CallKind = Literal["chat", "completion"]
+ClientApi = Literal["chat", "completion", "responses", "messages"]
 
 ENDPOINT_OF_KIND: dict[str, str] = {"chat": "chat/completions", "completion": "completions"}
 """OpenAI route (relative to `/v1`) of each call kind."""
@@ -50,13 +51,13 @@ class ProxyCall:
     trace_id: Optional[str] = None
     parent_span_id: Optional[str] = None
     extra_attributes: dict[str, Any] = field(default_factory=dict)
-    client_api: str = ""
+    client_api: ClientApi = "chat"
     """The API the client spoke: `chat`, `completion`, or `responses` / `messages` (served through a chat
     completion, see `translation`); defaults to `kind`."""
 
     def __post_init__(self) -> None:
-        if not self.client_api:
-            self.client_api = self.kind
+        if self.client_api == "chat" and self.kind == "completion":
+            self.client_api = "completion"
 
     @property
     def model(self) -> str:

@@ -136,7 +136,7 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         call.status_code, call.end_time = 502, time.time()
         call.error = f"the backend's answer broke off: {type(exc).__name__}: {exc}"
         await runtime.finish(call)
-        return client_error_response(call.client_api, 502, call.error, error_type="upstream_error")  # type: ignore[arg-type]
+        return client_error_response(call.client_api, 502, call.error, error_type="upstream_error")
     response.release()
     call.status_code = response.status
     if response.status < 400:
@@ -160,7 +160,7 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
 
 def translated_answer(call: ProxyCall) -> Response:
     """The finished call's answer in the client's format (Responses / Messages), streamed if asked."""
-    api: Any = call.client_api
+    api = call.client_api
     if call.error is not None or call.response is None:
         status = call.status_code if call.status_code is not None and call.status_code >= 400 else 502
         return client_error_response(
@@ -191,7 +191,7 @@ class _Relay:
         self.call = call
         self.response = response
         self.parsed: list[dict[str, Any]] = []
-        self.translator = StreamTranslator(call.client_api, call.client_body) if call.translated else None  # type: ignore[arg-type]
+        self.translator = StreamTranslator(call.client_api, call.client_body) if call.translated else None
         self.recorder = SSEResponseRecorder(call.kind, self.parsed.append if self.translator is not None else None)
         self.started = False
         self.body = self._chunks()
@@ -267,12 +267,16 @@ class _RelayResponse(StreamingResponse):
 
 async def forward_call(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deployment]) -> Response:
     """Send the call to its backend and answer the client (streamed or not), recording the call."""
+    if deployments[0].via_litellm:
+        from .litellm_backend import forward_with_litellm
+
+        return await forward_with_litellm(runtime, call, deployments)
     try:
         response = await _send(runtime, call, deployments)
     except BackendUnavailable as exc:
         call.status_code, call.error, call.end_time = 502, str(exc), time.time()
         await runtime.finish(call)
-        return client_error_response(call.client_api, 502, str(exc), error_type="upstream_unavailable")  # type: ignore[arg-type]
+        return client_error_response(call.client_api, 502, str(exc), error_type="upstream_unavailable")
     is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
     if not call.backend_stream or response.status >= 400 or not is_sse:
         return await _unary(runtime, call, response)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
@@ -54,6 +54,7 @@ class ProxyRuntime:
         num_retries: int = 0,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
         max_connections: int = 1024,
+        litellm_settings: Optional[Mapping[str, Any]] = None,
     ) -> None:
         if num_retries < 0:
             raise ValueError(f"num_retries must be >= 0, got {num_retries}")
@@ -64,6 +65,7 @@ class ProxyRuntime:
         self.num_retries = num_retries
         self.request_timeout = request_timeout
         self.max_connections = max_connections
+        self.litellm_settings = dict(litellm_settings or {})
         self.client: Optional[aiohttp.ClientSession] = None
         self.exporter: Optional[LightningSpanExporter] = None
         self._background: set[asyncio.Future[Any]] = set()
@@ -82,6 +84,10 @@ class ProxyRuntime:
             trust_env=False,
         )
         self.exporter = LightningSpanExporter(self.store) if self.store is not None else None
+        if self.litellm_settings:
+            from .litellm_backend import apply_litellm_settings
+
+            apply_litellm_settings(self.litellm_settings)
 
     async def shutdown(self) -> None:
         if self._background:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from starlette.responses import JSONResponse
 
@@ -28,6 +28,8 @@ from agentlightning.utils.responses_format import (
     responses_request_to_chat,
 )
 
+from .call import ClientApi
+
 __all__ = [
     "ClientApi",
     "TRANSLATED_APIS",
@@ -38,7 +40,6 @@ __all__ = [
     "StreamTranslator",
 ]
 
-ClientApi = Literal["chat", "completion", "responses", "messages"]
 TRANSLATED_APIS: frozenset[str] = frozenset({"responses", "messages"})
 """Client APIs served through a chat-completions backend call."""
 
