@@ -35,6 +35,7 @@ __all__ = [
     "instrument_litellm",
     "uninstrument_litellm",
     "is_litellm_instrumented",
+    "capture_prompt_token_ids",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _traced_stream_class(base: type, asynchronous: bool) -> type:
     return traced
 
 
-def _peek_prompt_token_ids(stream: Any, accumulator: ChatCompletionAccumulator) -> None:
+def capture_prompt_token_ids(stream: Any, accumulator: ChatCompletionAccumulator) -> None:
     """LiteLLM drops the first chunk's top-level `prompt_token_ids`: read them from the raw chunk."""
     handler = getattr(stream, "completion_stream", None)
     parse = getattr(handler, "chunk_parser", None)
@@ -126,7 +127,7 @@ def _instrument_stream(result: Any, call: Any, asynchronous: bool) -> bool:
         return False
     result._agl_call = call
     result._agl_accumulator = accumulator = ChatCompletionAccumulator()
-    _peek_prompt_token_ids(result, accumulator)
+    capture_prompt_token_ids(result, accumulator)
     # A subclass keeps `isinstance(stream, CustomStreamWrapper)` true for the caller.
     result.__class__ = _traced_stream_class(type(result), asynchronous)
     return True

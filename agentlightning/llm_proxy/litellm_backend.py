@@ -19,10 +19,11 @@ from typing import Any, Optional
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from agentlightning.instrumentation.litellm import capture_prompt_token_ids
 from agentlightning.instrumentation.openai import ChatCompletionAccumulator
 
 from .call import ProxyCall
-from .models import Deployment
+from .models import OPENAI_COMPATIBLE_PROVIDERS, Deployment
 from .runtime import ProxyRuntime
 from .streaming import response_to_sse_events
 from .translation import StreamTranslator, client_error_response
@@ -58,6 +59,10 @@ def _arguments(call: ProxyCall, deployment: Deployment, runtime: ProxyRuntime) -
     params = dict(deployment.litellm_params or {})
     request = {k: v for k, v in call.body.items() if k != "model" and k not in _VLLM_ONLY_FIELDS}
     arguments = {**params, **request, "model": deployment.backend_model}
+    vllm_fields = {k: call.body[k] for k in _VLLM_ONLY_FIELDS if k in call.body}
+    if vllm_fields and deployment.provider in OPENAI_COMPATIBLE_PROVIDERS:
+        # A vLLM-style server behind LiteLLM (e.g. an entry with `rpm`): keep asking it for token ids.
+        arguments["extra_body"] = {**dict(arguments.get("extra_body") or {}), **vllm_fields}
     arguments.setdefault("timeout", runtime.request_timeout)
     if call.kind == "completion":
         arguments.pop("stream", None)
@@ -141,6 +146,7 @@ async def forward_with_litellm(runtime: ProxyRuntime, call: ProxyCall, deploymen
 async def _relay(runtime: ProxyRuntime, call: ProxyCall, stream: Any) -> AsyncGenerator[bytes, None]:
     """LiteLLM's chunks to the client as they come (chat SSE, or translated events); recorded at the end."""
     accumulator = ChatCompletionAccumulator()
+    capture_prompt_token_ids(stream, accumulator)
     translator = StreamTranslator(call.client_api, call.client_body) if call.translated else None
     recorded = False
     try:

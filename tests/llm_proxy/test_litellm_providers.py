@@ -160,3 +160,27 @@ def test_litellm_config_keys_of_the_reference_are_honoured(
     assert proxy.litellm_module_settings == {"drop_params": True}
     assert os.environ["AGL_TEST_PROVIDER_KEY"] == "secret"
     assert "['general_settings']" in caplog.text
+
+
+async def test_a_vllm_entry_with_litellm_options_still_records_token_ids(
+    make_proxy: Any, store: InMemoryLightningStore, attempt: AttemptedRollout
+) -> None:
+    with OpenAITestServer(scripted(["one two", "three"])) as backend:
+        entry = {
+            "model_name": "p",
+            "litellm_params": {"model": "hosted_vllm/q", "api_base": backend.base_url, "rpm": 60},
+        }
+        proxy = await make_proxy([entry])
+        base = f"{proxy.endpoint}/rollout/{attempt.rollout_id}/attempt/{attempt.attempt.attempt_id}/v1"
+        client = openai.AsyncOpenAI(base_url=base, api_key="unused", max_retries=0)
+        await client.chat.completions.create(model="p", messages=HI)
+        stream = await client.chat.completions.create(model="p", messages=HI, stream=True)
+        assert [c async for c in stream]
+        await client.close()
+    assert all(request["return_token_ids"] is True for request in backend.requests)
+    spans = [s for s in await store.query_spans(attempt.rollout_id) if s.name == "openai.chat.completion"]
+    assert len(spans) == 2
+    for span, served in zip(spans, backend.responses, strict=True):
+        assert span.attributes["agentlightning.llm_proxy.backend_model"] == "hosted_vllm/q"
+        assert span.attributes["prompt_token_ids"] == served["prompt_token_ids"]
+        assert span.attributes["response_token_ids"] == served["choices"][0]["token_ids"]
