@@ -5,6 +5,9 @@
 same `gen_ai.*` attributes as a chat completion (system and messages as `gen_ai.prompt.*`, text and
 `tool_use` blocks as `gen_ai.completion.0.*`, usage), plus token ids when the backend returns them (our
 LLM proxy's `/v1/messages` does). Needs the `anthropic` extra.
+
+Recent Anthropic SDKs open an OpenTelemetry span of their own per call (`anthropic.messages.create`, no
+content). While our span is open that one is suppressed, so a call is one span, like OpenAI calls.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import threading
 from collections.abc import Mapping
 from typing import Any, Callable
+
+from opentelemetry import context as otel_context
 
 from agentlightning.types import Attributes
 from agentlightning.utils.messages_format import (
@@ -68,6 +73,24 @@ MESSAGES_FORMAT = CallFormat(
 _lock = threading.Lock()
 _enabled = False
 _installed: list[tuple[type, str]] = []
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # type: ignore[attr-defined]
+
+
+def _quiet_sdk_tracer(original: Any) -> property:
+    """The SDK client's `_tracer` property, None (no SDK span) while our wrapper suppresses inner spans."""
+
+    def tracer(self: Any) -> Any:
+        if _enabled and otel_context.get_value(_SUPPRESS_KEY):
+            return None
+        return original.fget(self)
+
+    quiet = _MarkedProperty(tracer)
+    setattr(quiet, _MARK, original)
+    return quiet
+
+
+class _MarkedProperty(property):
+    """A property that can carry the mark pointing at the one it replaced."""
 
 
 def _is_enabled() -> bool:
@@ -133,6 +156,13 @@ def instrument_anthropic() -> bool:
         (Messages, "stream", _wrap_stream_sync),
         (AsyncMessages, "stream", _wrap_stream_async),
     ]
+    try:  # SDKs with their own OpenTelemetry spans
+        from anthropic._base_client import BaseClient
+
+        if isinstance(BaseClient.__dict__.get("_tracer"), property):
+            targets.append((BaseClient, "_tracer", _quiet_sdk_tracer))  # type: ignore[arg-type]
+    except ImportError:
+        pass
     with _lock:
         for cls, name, wrap in targets:
             current = cls.__dict__.get(name)

@@ -66,8 +66,10 @@ def _llm_spans(spans: list[Span], name: str) -> list[Span]:
 
 
 def _assert_triplets(spans: list[Span], server: OpenAITestServer) -> None:
-    triplets = TracerTraceToTriplet().adapt(spans)
+    """One triplet per call, from exactly one LLM span per call (no second span from another layer)."""
+    triplets, report = TracerTraceToTriplet().adapt_with_report(spans)
     assert len(triplets) == len(server.responses)
+    assert report.n_llm_spans == len(server.responses), [span.name for span in spans]
     for triplet, served in zip(triplets, server.responses, strict=True):
         assert triplet.prompt["token_ids"] == served["prompt_token_ids"]
         assert triplet.response["token_ids"] == served["token_ids"]
