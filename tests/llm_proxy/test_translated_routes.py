@@ -183,3 +183,31 @@ async def test_backend_errors_reach_anthropic_and_responses_clients_as_errors(ma
             await oai.responses.create(model="policy", input="x")
         await claude.close()
         await oai.close()
+
+
+async def test_an_agents_sdk_agent_runs_against_a_chat_only_backend_through_the_proxy(
+    make_proxy: Any, store: InMemoryLightningStore, attempt: AttemptedRollout
+) -> None:
+    agents = pytest.importorskip("agents", reason="needs the openai-agents package (dev extra)")
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather of a city."""
+        return f"{city}: sunny"
+
+    with OpenAITestServer(scripted([TOOL_REPLY, "Sunny in Rome."])) as backend:
+        proxy = await make_proxy([model_entry("policy", backend)])
+        client = openai.AsyncOpenAI(base_url=rollout_base(proxy, attempt) + "/v1", api_key="k", max_retries=0)
+        model = agents.OpenAIResponsesModel(model="policy", openai_client=client)
+        agent = agents.Agent(name="weather", instructions="Use the tool.", tools=[get_weather], model=model)
+        result = await agents.Runner.run(agent, "Weather in Rome?")
+        await client.close()
+    assert result.final_output == "Sunny in Rome."
+    assert backend.requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_7", "content": "Rome: sunny"}
+    spans = await _calls(store, attempt)
+    triplets = TracerTraceToTriplet().adapt(spans)
+    assert len(triplets) == 2
+    for triplet, served in zip(triplets, backend.responses, strict=True):
+        assert triplet.prompt["token_ids"] == served["prompt_token_ids"]
+        assert triplet.response["token_ids"] == served["choices"][0]["token_ids"]
