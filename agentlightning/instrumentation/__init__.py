@@ -120,7 +120,9 @@ def instrument_all() -> None:
 
 
 def uninstrument_all() -> None:
-    """Undo `instrument_all()`."""
+    """Undo `instrument_all()` (and the pending instrumentation of not-yet-imported LLM clients)."""
+    with _hook_lock:
+        _import_hook.pending.clear()
     for _, installed, _, _, uninstrument in _instrumentations():
         if installed:
             uninstrument()

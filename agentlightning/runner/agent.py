@@ -266,6 +266,10 @@ class LitAgentRunner(Runner[T_task]):
         store = self.get_store()
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         try:
+            # The proxy's spans (`openai.chat.completion` / `openai.completion`) are found with a one-row query;
+            # the full scan only runs when that finds nothing.
+            if len(await store.query_spans(rollout_id, attempt_id, name_contains="completion", limit=1)):
+                return
             if any(_is_llm_span(span) for span in await store.query_spans(rollout_id, attempt_id)):
                 return
             hint = ZERO_LLM_SPANS_HINT.format(resources=", ".join(repr(n) for n in llm_names))
