@@ -26,14 +26,8 @@ from agentlightning.utils.messages_format import (
     messages_response_to_chat,
 )
 
-from .openai import (
-    CallFormat,
-    materialize_iterables,
-    request_to_attributes,
-    response_to_attributes,
-    wrap_async_call,
-    wrap_sync_call,
-)
+from .llm_calls import CallFormat, materialize_iterables, wrap_async_call, wrap_sync_call
+from .openai import request_to_attributes, response_to_attributes
 
 __all__ = [
     "ANTHROPIC_SPAN_NAME",

@@ -19,7 +19,8 @@ from agentlightning.utils.responses_format import (
     responses_response_to_chat,
 )
 
-from .openai import CallFormat, request_to_attributes, response_to_attributes
+from .llm_calls import CallFormat
+from .openai import request_to_attributes, response_to_attributes
 
 __all__ = ["RESPONSES_SPAN_NAME", "RESPONSES_FORMAT", "responses_request_attributes", "responses_response_attributes"]
 
