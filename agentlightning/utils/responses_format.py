@@ -355,7 +355,6 @@ class ChatToResponsesStream:
         self._sequence = 0
         self._started = False
         self._text_open = False
-        self._text = ""
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -404,7 +403,6 @@ class ChatToResponsesStream:
                         "response.content_part.added", item_id=item["id"], output_index=0, content_index=0, part=part
                     )
                 )
-            self._text += str(text)
             events.append(
                 self._event(
                     "response.output_text.delta",
@@ -422,35 +420,33 @@ class ChatToResponsesStream:
         response = chat_response_to_responses(chat_response, self.request, ids=self.ids)
         for output_index, item in enumerate(response["output"]):
             opened = item["type"] == "message" and self._text_open
-            events.extend(_item_events(self, item, output_index, opened))
+            events.extend(self._item_events(item, output_index, opened))
         events.append(self._event("response.completed", response=response))
         return events
 
-
-def _item_events(
-    stream: ChatToResponsesStream, item: dict[str, Any], output_index: int, opened: bool
-) -> list[dict[str, Any]]:
-    event = stream._event  # pyright: ignore[reportPrivateUsage]
-    events: list[dict[str, Any]] = []
-    if not opened:
-        events.append(
-            event("response.output_item.added", output_index=output_index, item={**item, "status": "in_progress"})
-        )
-    if item["type"] == "message":
-        part = item["content"][0]
-        where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
+    def _item_events(self, item: dict[str, Any], output_index: int, opened: bool) -> list[dict[str, Any]]:
+        """The events announcing (unless already `opened`), filling and closing one output item."""
+        event = self._event
+        events: list[dict[str, Any]] = []
         if not opened:
-            events.append(event("response.content_part.added", **where, part={**part, "text": ""}))
-            if part["text"]:
-                events.append(event("response.output_text.delta", **where, delta=part["text"], logprobs=[]))
-        events.append(event("response.output_text.done", **where, text=part["text"], logprobs=[]))
-        events.append(event("response.content_part.done", **where, part=part))
-    else:
-        where = {"item_id": item["id"], "output_index": output_index}
-        events.append(event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
-        events.append(event("response.function_call_arguments.done", **where, arguments=item["arguments"]))
-    events.append(event("response.output_item.done", output_index=output_index, item=item))
-    return events
+            events.append(
+                event("response.output_item.added", output_index=output_index, item={**item, "status": "in_progress"})
+            )
+        if item["type"] == "message":
+            part = item["content"][0]
+            where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
+            if not opened:
+                events.append(event("response.content_part.added", **where, part={**part, "text": ""}))
+                if part["text"]:
+                    events.append(event("response.output_text.delta", **where, delta=part["text"], logprobs=[]))
+            events.append(event("response.output_text.done", **where, text=part["text"], logprobs=[]))
+            events.append(event("response.content_part.done", **where, part=part))
+        else:
+            where = {"item_id": item["id"], "output_index": output_index}
+            events.append(event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
+            events.append(event("response.function_call_arguments.done", **where, arguments=item["arguments"]))
+        events.append(event("response.output_item.done", output_index=output_index, item=item))
+        return events
 
 
 def responses_stream_events(response: Mapping[str, Any], request: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("anthropic", reason="needs the anthropic extra")
+pytestmark = pytest.mark.slow  # a fresh interpreter importing agentlightning and anthropic
 
 SCRIPT = textwrap.dedent(
     """
