@@ -12,6 +12,7 @@ content). While our span is open that one is suppressed, so a call is one span, 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Mapping
@@ -66,7 +67,9 @@ MESSAGES_FORMAT = CallFormat(
 
 _lock = threading.Lock()
 _enabled = False
-_installed: list[tuple[type, str]] = []
+_installed: set[tuple[type, str]] = set()
+# Our wrappers by identity: attribute checks are not enough, as wrapt wrappers (AgentOps) proxy attributes.
+_ours: dict[int, Any] = {}
 _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # type: ignore[attr-defined]
 
 
@@ -91,42 +94,50 @@ def _is_enabled() -> bool:
     return _enabled
 
 
-def _wrap_stream_sync(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`Messages.stream()` returns a manager that posts on enter: trace that request, not the manager."""
+def _trace_stream_manager(manager: Any, kwargs: dict[str, Any], asynchronous: bool) -> bool:
+    """Make the manager's request (sent on enter) one traced call; False if it is not the SDK's manager."""
+    attribute = f"_{'Async' if asynchronous else ''}MessageStreamManager__api_request"
+    if not hasattr(manager, attribute):
+        return False
+    api_request = getattr(manager, attribute)
+    if asynchronous:
 
-    def stream(self: Any, *args: Any, **kwargs: Any) -> Any:
-        materialize_iterables(kwargs)
-        manager = original(self, *args, **kwargs)
-        if not _enabled:
-            return manager
-        api_request = manager._MessageStreamManager__api_request
+        async def post_async(**_: Any) -> Any:
+            return await api_request
+
+        setattr(manager, attribute, wrap_async_call(post_async, MESSAGES_FORMAT, _is_enabled)(**kwargs))
+    else:
 
         def post(**_: Any) -> Any:
             return api_request()
 
         traced = wrap_sync_call(post, MESSAGES_FORMAT, _is_enabled)
-        manager._MessageStreamManager__api_request = lambda: traced(**kwargs)
-        return manager
-
-    setattr(stream, _MARK, original)
-    return stream
+        setattr(manager, attribute, lambda: traced(**kwargs))
+    return True
 
 
-def _wrap_stream_async(original: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap_stream(original: Callable[..., Any], asynchronous: bool) -> Callable[..., Any]:
+    """`Messages.stream()` returns a manager that posts on enter: trace that request, not the manager.
+
+    The SDK's own `stream` is called, below any other library's wrapper (AgentOps wraps it with a manager
+    of its own): our span stands for the call, as for `create`, where inner instrumentations are suppressed.
+    """
+    innermost = inspect.unwrap(original)
+
     def stream(self: Any, *args: Any, **kwargs: Any) -> Any:
-        materialize_iterables(kwargs)
-        manager = original(self, *args, **kwargs)
         if not _enabled:
-            return manager
-        api_request = manager._AsyncMessageStreamManager__api_request
-
-        async def post(**_: Any) -> Any:
-            return await api_request
-
-        manager._AsyncMessageStreamManager__api_request = wrap_async_call(post, MESSAGES_FORMAT, _is_enabled)(**kwargs)
+            return original(self, *args, **kwargs)
+        materialize_iterables(kwargs)
+        manager = innermost(self, *args, **kwargs)
+        try:
+            if not _trace_stream_manager(manager, kwargs, asynchronous):
+                logger.debug("unknown Anthropic stream manager %s; the call is not traced", type(manager).__name__)
+        except Exception:
+            logger.exception("could not trace an Anthropic messages.stream() call")
         return manager
 
     setattr(stream, _MARK, original)
+    stream.__wrapped__ = original  # type: ignore[attr-defined]  # so a later copy of ours unwraps past this one
     return stream
 
 
@@ -147,8 +158,8 @@ def instrument_anthropic() -> bool:
     targets: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
         (Messages, "create", lambda f: _wrap_create(f, False)),
         (AsyncMessages, "create", lambda f: _wrap_create(f, True)),
-        (Messages, "stream", _wrap_stream_sync),
-        (AsyncMessages, "stream", _wrap_stream_async),
+        (Messages, "stream", lambda f: _wrap_stream(f, False)),
+        (AsyncMessages, "stream", lambda f: _wrap_stream(f, True)),
     ]
     try:  # SDKs with their own OpenTelemetry spans
         from anthropic._base_client import BaseClient
@@ -160,10 +171,14 @@ def instrument_anthropic() -> bool:
     with _lock:
         for cls, name, wrap in targets:
             current = cls.__dict__.get(name)
-            if current is None or hasattr(current, _MARK):
+            if current is None or id(current) in _ours:
                 continue
-            setattr(cls, name, wrap(current))
-            _installed.append((cls, name))
+            # Not ours on top (first install, or another library wrapped ours since): wrap on top again, so
+            # our span is the outer one; a copy of ours below sees the suppression and passes through.
+            wrapper = wrap(current)
+            _ours[id(wrapper)] = wrapper
+            setattr(cls, name, wrapper)
+            _installed.add((cls, name))
         _enabled = True
     return True
 
@@ -175,9 +190,9 @@ def uninstrument_anthropic() -> None:
         _enabled = False
         for cls, name in _installed:
             current = cls.__dict__.get(name)
-            original = getattr(current, _MARK, None)
-            if original is not None:
-                setattr(cls, name, original)
+            while current is not None and id(current) in _ours:
+                current = getattr(current, _MARK)
+                setattr(cls, name, current)
         _installed.clear()
 
 

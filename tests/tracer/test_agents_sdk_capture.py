@@ -17,7 +17,10 @@ agents = pytest.importorskip("agents", reason="needs the openai-agents package (
 
 @pytest.fixture
 def server() -> Iterator[OpenAITestServer]:
-    replies = [Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"}, id="call_w")]), Reply(content="Sunny, 21C.")]
+    replies = [
+        Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"}, id="call_w")]),
+        Reply(content="Sunny, 21C."),
+    ]
     with OpenAITestServer(scripted(replies), always_return_token_ids=True) as server:
         yield server
 

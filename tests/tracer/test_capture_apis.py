@@ -242,3 +242,48 @@ async def test_litellm_completion_and_acompletion_streamed_or_not(
         assert span.attributes["prompt_token_ids"] == served["prompt_token_ids"]
         assert span.attributes["response_token_ids"] == served["choices"][0]["token_ids"]
     assert len(TracerTraceToTriplet().adapt(every_span)) == 4
+
+
+async def test_anthropic_stays_one_span_per_call_when_another_library_wraps_on_top(
+    traced: tuple[Tracer, InMemoryLightningStore], server: OpenAITestServer
+) -> None:
+    """Another instrumentation wrapping `create` / `stream` after ours: re-instrumenting puts ours back on top."""
+    anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")
+    import functools
+
+    from anthropic.resources.messages import Messages
+
+    from agentlightning.instrumentation.anthropic import instrument_anthropic
+
+    tracer, store = traced
+    instrument_anthropic()
+    seen: list[str] = []
+    originals = {name: Messages.__dict__[name] for name in ("create", "stream")}
+
+    def foreign(name: str) -> Any:
+        inner = originals[name]
+
+        @functools.wraps(inner)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            seen.append(name)
+            return inner(*args, **kwargs)
+
+        return wrapper
+
+    try:
+        for name in originals:
+            setattr(Messages, name, foreign(name))
+        instrument_anthropic()  # what the tracer does at each trace context
+        client = anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key="k")
+        attempted = await store.start_rollout(input="q")
+        async with tracer.trace_context(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id):
+            client.messages.create(model="c", max_tokens=8, messages=[{"role": "user", "content": "a"}])
+            with client.messages.stream(model="c", max_tokens=8, messages=[{"role": "user", "content": "b"}]) as s:
+                s.get_final_message()
+    finally:
+        for name, original in originals.items():
+            setattr(Messages, name, original)
+    assert seen == ["create"]  # the foreign create wrapper still runs (below ours); stream goes to the SDK itself
+    every_span = await _spans(store, attempted.rollout_id)
+    assert len(_llm_spans(every_span, "anthropic.messages")) == 2
+    _assert_triplets(every_span, server)
