@@ -213,7 +213,14 @@ class ModelRouter:
         self._deployments: dict[str, list[Deployment]] = {}
         for position, entry in enumerate(model_list):
             deployment = parse_model_config(entry, position)
-            self._deployments.setdefault(deployment.model_name, []).append(deployment)
+            siblings = self._deployments.setdefault(deployment.model_name, [])
+            if siblings and siblings[0].via_litellm != deployment.via_litellm:
+                raise ValueError(
+                    f"model_list[{position}] ({deployment.model_name!r}) mixes a LiteLLM-served entry with an "
+                    "OpenAI-compatible one under the same model_name; give them different names, or add a "
+                    "LiteLLM option (e.g. 'rpm') to both so that both go through LiteLLM"
+                )
+            siblings.append(deployment)
         self._turns: dict[str, Iterator[int]] = {name: itertools.count() for name in self._deployments}
 
     @property

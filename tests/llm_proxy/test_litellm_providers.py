@@ -89,6 +89,15 @@ def test_every_provider_entry_is_accepted_with_the_extra() -> None:
     assert wildcard.litellm_params is not None and wildcard.litellm_params["model"] == "anthropic/claude-opus"
 
 
+def test_one_model_name_cannot_mix_litellm_and_fast_path_entries() -> None:
+    entries: Any = [
+        {"model_name": "p", "litellm_params": {"model": "hosted_vllm/q", "api_base": "http://h:1/v1"}},
+        {"model_name": "p", "litellm_params": {"model": "anthropic/claude", "api_key": "k"}},
+    ]
+    with pytest.raises(ValueError, match=r"model_list\[1\] \('p'\) mixes a LiteLLM-served entry"):
+        ModelRouter(entries)
+
+
 async def test_chat_completions_through_a_litellm_provider_plain_streamed_and_recorded(
     make_proxy: Any, store: InMemoryLightningStore, attempt: AttemptedRollout
 ) -> None:
