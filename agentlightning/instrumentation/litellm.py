@@ -145,6 +145,8 @@ _LITELLM_ASYNC_FORMAT = _format(asynchronous=True)
 _lock = threading.Lock()
 _enabled = False
 _originals: dict[str, Callable[..., Any]] = {}
+# Our wrappers by identity (wrapt-style wrappers of other libraries proxy attribute checks).
+_ours: dict[int, Callable[..., Any]] = {}
 
 
 def _is_enabled() -> bool:
@@ -165,11 +167,12 @@ def instrument_litellm() -> bool:
             ("acompletion", wrap_async_call, _LITELLM_ASYNC_FORMAT),
         ):
             current = getattr(litellm, name)
-            if hasattr(current, _MARK):
+            if id(current) in _ours:
                 continue
             wrapper = wrap(current, call_format, _is_enabled)
             setattr(wrapper, _MARK, current)
-            _originals[name] = current
+            _ours[id(wrapper)] = wrapper
+            _originals.setdefault(name, current)
             setattr(litellm, name, wrapper)
         _enabled = True
     return True
@@ -185,8 +188,10 @@ def uninstrument_litellm() -> None:
         except ImportError:
             return
         for name, original in _originals.items():
-            setattr(litellm, name, original)
+            if id(getattr(litellm, name)) in _ours:  # else another library wrapped ours: ours stays, inert
+                setattr(litellm, name, original)
         _originals.clear()
+        _ours.clear()
 
 
 def is_litellm_instrumented() -> bool:
