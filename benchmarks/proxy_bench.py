@@ -13,6 +13,7 @@ Run from the repository root:
     python benchmarks/proxy_bench.py --launch-mode thread   # proxy in a thread of this process
     python benchmarks/proxy_bench.py -n 1000 --unrouted     # also measure calls without a rollout route
     python benchmarks/proxy_bench.py --no-wait-for-store    # record spans after answering (no store round trip)
+    python benchmarks/proxy_bench.py --translated           # also /v1/responses and /v1/messages (vs direct chat)
 
 Numbers depend on the machine (and on other load); this is a tool for comparing changes, never a CI gate.
 """
@@ -96,8 +97,18 @@ def start_backend(port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"the loopback backend did not start on port {port}")
 
 
-def one_call(client: httpx.Client, url: str, model: str, stream: bool) -> float:
-    body = {"model": model, "messages": MESSAGES, "max_tokens": 32}
+def request_body(api: str, model: str) -> dict[str, Any]:
+    """The same question in the client API's format (`chat`, `responses` or Anthropic `messages`)."""
+    system, user = MESSAGES[0]["content"], MESSAGES[1]["content"]  # the direct call gets the chat equivalent
+    if api == "responses":
+        return {"model": model, "instructions": system, "input": user, "max_output_tokens": 32}
+    if api == "messages":
+        return {"model": model, "system": system, "messages": [MESSAGES[1]], "max_tokens": 32}
+    return {"model": model, "messages": MESSAGES, "max_tokens": 32}
+
+
+def one_call(client: httpx.Client, url: str, model: str, stream: bool, api: str = "chat") -> float:
+    body = request_body(api, model)
     if stream:
         body["stream"] = True
     payload = json.dumps(body).encode()
@@ -167,15 +178,17 @@ async def run(args: argparse.Namespace) -> None:
         rollout = await store.start_rollout(input={"bench": True})
         routed = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint
         direct_url = f"http://127.0.0.1:{backend_port}/v1/chat/completions"
-        targets = [("routed", f"{routed}/chat/completions")]
+        targets = [("routed", f"{routed}/chat/completions", "chat")]
         if args.unrouted:
-            targets.append(("unrouted", f"{proxy.endpoint}/v1/chat/completions"))
+            targets.append(("unrouted", f"{proxy.endpoint}/v1/chat/completions", "chat"))
+        if args.translated:
+            targets += [(api, f"{routed}/{api}", api) for api in ("responses", "messages")]
         rows: list[tuple[str, Series, Series, Optional[float]]] = []
         served_by = proxy_process({backend.pid})
         # TCP_NODELAY: without it the sync client's separate header/body writes meet delayed ACKs (+40 ms).
         transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         with httpx.Client(timeout=30.0, transport=transport) as client:
-            for label, proxy_url in targets:
+            for label, proxy_url, api in targets:
                 for stream in (False, True):
                     kind = "stream" if stream else "unary"
                     cpu_before = cpu_seconds(served_by)
@@ -184,7 +197,7 @@ async def run(args: argparse.Namespace) -> None:
                         args.n,
                         args.warmup,
                         lambda s=stream: one_call(client, direct_url, "test-model", s),
-                        lambda s=stream, u=proxy_url: one_call(client, u, "policy", s),
+                        lambda s=stream, u=proxy_url, a=api: one_call(client, u, "policy", s, a),
                     )
                     cpu = (cpu_seconds(served_by) - cpu_before) / (args.n + args.warmup) if served_by else None
                     rows.append((f"{kind} ({label})", Series("direct", direct_s), Series("proxy", proxied_s), cpu))
@@ -222,6 +235,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured requests first (default 20)")
     parser.add_argument("--launch-mode", choices=("mp", "thread"), default="mp", help="how the proxy runs")
     parser.add_argument("--unrouted", action="store_true", help="also measure calls outside any rollout")
+    parser.add_argument(
+        "--translated", action="store_true", help="also measure /v1/responses and /v1/messages (translated to chat)"
+    )
     parser.add_argument(
         "--no-wait-for-store",
         dest="wait_for_store",

@@ -35,6 +35,7 @@ DEFAULT_LLM_CALL_MATCH = (
     r"|^(chat_model|llm)\.llm$"  # AgentOps LangChain callback handler
     r"|\.(chat|completion)$"  # OpenLLMetry LangChain (ChatOpenAI.chat, OpenAI.completion)
     r"|^raw_gen_ai_request$|^litellm_request$"  # LiteLLM / LLM proxy
+    r"|^openai\.responses$|^anthropic\.messages$|^litellm\.completion$"  # ours: Responses, Anthropic, LiteLLM
 )
 """Span names recognised as LLM calls by default; spans carrying LLM request/response attributes are recognised
 too, whatever their name (see `looks_like_llm_call`)."""
@@ -58,7 +59,7 @@ _LLM_KIND_ATTRIBUTES: dict[str, frozenset[str]] = {
     "agentops.span.kind": frozenset({"llm", "llm.call"}),
     "gen_ai.operation.name": frozenset({"chat", "text_completion"}),
     "llm.request.type": frozenset({"chat", "completion"}),
-    "gen_ai.request.type": frozenset({"chat", "completion"}),
+    "gen_ai.request.type": frozenset({"chat", "completion", "responses", "messages"}),
 }
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "TokenDrift",
     "AdaptationReport",
     "check_token_drift",
+    "NO_LLM_SPANS",
 ]
 
 DropReason = Literal[
@@ -42,6 +43,10 @@ DropReason = Literal[
 - `nested_llm_call`: the same call seen by an outer instrumentation layer (merged into the outer triplet).
 - `name_not_matched`: carries LLM request/response attributes but its name does not match a custom `llm_call_match`.
 """
+
+NO_LLM_SPANS = "no_llm_spans"
+"""Key counted in `drop_counts` when a rollout has spans but none of them is an LLM call: its calls, if it made
+any, were not captured (an uninstrumented client, a subprocess, a model URL that bypasses the proxy)."""
 
 # Reasons that mean "this call is represented by another triplet" rather than "this call is lost".
 MERGE_REASONS: frozenset[str] = frozenset({"duplicate", "nested_llm_call"})
@@ -96,11 +101,19 @@ class AdaptationReport(BaseModel):
     token_drift: list[TokenDrift] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
+    @property
+    def no_llm_spans(self) -> bool:
+        """Spans were recorded but not a single LLM call among them (never a silent zero)."""
+        return self.n_spans > 0 and self.n_llm_spans == 0
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def drop_counts(self) -> dict[str, int]:
-        """Number of dropped/merged spans per reason."""
-        return dict(Counter(entry.reason for entry in self.dropped))
+        """Number of dropped/merged spans per reason, plus `no_llm_spans: 1` for a rollout without LLM spans."""
+        counts = dict(Counter(entry.reason for entry in self.dropped))
+        if self.no_llm_spans:
+            counts[NO_LLM_SPANS] = 1
+        return counts
 
     @property
     def lost_llm_calls(self) -> list[DroppedLlmCall]:
@@ -123,6 +136,8 @@ class AdaptationReport(BaseModel):
     def summary(self) -> str:
         """One human-readable line."""
         parts = [f"{self.n_triplets} triplet(s) from {self.n_llm_spans} LLM span(s) in {self.n_spans} span(s)"]
+        if self.no_llm_spans:
+            parts.append("no LLM call was captured (is the agent's LLM client instrumented or behind the proxy?)")
         if self.dropped:
             counts = ", ".join(f"{reason}={count}" for reason, count in sorted(self.drop_counts.items()))
             parts.append(f"not kept as triplets: {counts}")
@@ -149,7 +164,7 @@ class AdaptationReport(BaseModel):
             return
         for warning in self.warnings:
             logger.warning("%s%s", prefix, warning)
-        if self.lost_llm_calls or self.unmatched_rewards or self.token_drift:
+        if self.lost_llm_calls or self.unmatched_rewards or self.token_drift or self.no_llm_spans:
             logger.info("%s%s: %s", prefix, self.adapter, self.summary())
         else:
             logger.debug("%s%s: %s", prefix, self.adapter, self.summary())

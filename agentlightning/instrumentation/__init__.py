@@ -4,13 +4,24 @@ The `*_INSTALLED` flags only look for the packages (no import), so importing thi
 `instrument_all()` installs every available instrumentation: the OpenAI client (always, ours) and,
 when installed, AgentOps (token ids on its spans, offline exporters) and, with LangChain too, run names
 on the chain spans of AgentOps' LangChain handler.
+
+`instrument_llm_clients()` covers the LLM client libraries (both tracers call it): OpenAI (chat
+completions and Responses) now, and the Anthropic SDK and LiteLLM as soon as they are imported. Importing
+LiteLLM takes seconds, so a tracer never imports it (or `anthropic`) itself: a one-shot import hook
+instruments them when the agent does.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import logging
-from typing import Callable
+import sys
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, Callable, Optional
 
 __all__ = [
     "AGENTOPS_INSTALLED",
@@ -19,8 +30,10 @@ __all__ = [
     "AGENTOPS_LANGCHAIN_INSTALLED",
     "WEAVE_INSTALLED",
     "OPENAI_INSTALLED",
+    "ANTHROPIC_INSTALLED",
     "instrument_all",
     "uninstrument_all",
+    "instrument_llm_clients",
 ]
 
 logger = logging.getLogger(__name__)
@@ -36,6 +49,7 @@ def _installed(package: str) -> bool:
 OPENAI_INSTALLED = _installed("openai")
 AGENTOPS_INSTALLED = _installed("agentops")
 LITELLM_INSTALLED = _installed("litellm")
+ANTHROPIC_INSTALLED = _installed("anthropic")
 VLLM_INSTALLED = _installed("vllm")
 WEAVE_INSTALLED = _installed("weave")
 AGENTOPS_LANGCHAIN_INSTALLED = AGENTOPS_INSTALLED and _installed("langchain_core")
@@ -102,10 +116,97 @@ def instrument_all() -> None:
             instrument()
         else:
             _warn_missing(library, extra)
+    instrument_llm_clients()
 
 
 def uninstrument_all() -> None:
-    """Undo `instrument_all()`."""
+    """Undo `instrument_all()` (and the pending instrumentation of not-yet-imported LLM clients)."""
+    with _hook_lock:
+        _import_hook.pending.clear()
     for _, installed, _, _, uninstrument in _instrumentations():
         if installed:
             uninstrument()
+    if ANTHROPIC_INSTALLED and "anthropic" in sys.modules:
+        from .anthropic import uninstrument_anthropic
+
+        uninstrument_anthropic()
+    if LITELLM_INSTALLED and "litellm" in sys.modules:
+        from .litellm import uninstrument_litellm
+
+        uninstrument_litellm()
+
+
+# ---- LLM clients instrumented once imported ----
+
+
+def _instrument_anthropic() -> None:
+    from .anthropic import instrument_anthropic
+
+    instrument_anthropic()
+
+
+def _instrument_litellm() -> None:
+    from .litellm import instrument_litellm
+
+    instrument_litellm()
+
+
+_LAZY_CLIENTS: dict[str, Callable[[], None]] = {"anthropic": _instrument_anthropic, "litellm": _instrument_litellm}
+
+
+class _InstrumentOnImport(importlib.abc.MetaPathFinder):
+    """Runs a module's instrumentation right after the module is first imported (then steps aside)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Callable[[], None]] = {}
+        self._busy = threading.local()
+
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        instrument = self.pending.get(fullname)
+        if instrument is None or getattr(self._busy, "active", False):
+            return None
+        self._busy.active = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.active = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        loader: Any = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original_exec(module)
+            if self.pending.pop(fullname, None) is not None:
+                try:
+                    instrument()
+                except Exception:
+                    logger.exception("could not instrument %s after its import", fullname)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_import_hook = _InstrumentOnImport()
+_hook_lock = threading.Lock()
+
+
+def instrument_llm_clients() -> None:
+    """Instrument the OpenAI client now, and the Anthropic SDK and LiteLLM now or when first imported."""
+    from .openai import instrument_openai
+
+    instrument_openai()
+    installed = {"anthropic": ANTHROPIC_INSTALLED, "litellm": LITELLM_INSTALLED}
+    with _hook_lock:
+        for module, instrument in _LAZY_CLIENTS.items():
+            if not installed[module]:
+                continue
+            if module in sys.modules:
+                _import_hook.pending.pop(module, None)
+                instrument()
+            else:
+                _import_hook.pending[module] = instrument
+        if _import_hook.pending and _import_hook not in sys.meta_path:
+            sys.meta_path.insert(0, _import_hook)

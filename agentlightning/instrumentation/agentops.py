@@ -117,10 +117,18 @@ def _empty_upload(*args: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 def _restore_openai_wrapper_on_top() -> None:
+    """Put our OpenAI (and Anthropic, when in use) wrappers back on top of what AgentOps just wrapped."""
+    import sys
+
     from .openai import instrument_openai, is_openai_instrumented
 
     if is_openai_instrumented():
         instrument_openai()
+    if "anthropic" in sys.modules and "agentlightning.instrumentation.anthropic" in sys.modules:
+        from .anthropic import instrument_anthropic, is_anthropic_instrumented
+
+        if is_anthropic_instrumented():
+            instrument_anthropic()
 
 
 def _keep_openai_wrapper_outermost() -> None:

@@ -1,4 +1,4 @@
-"""Zero-code-change instrumentation of the `openai` chat-completions client.
+"""Zero-code-change instrumentation of the `openai` client: chat completions and the Responses API.
 
 `instrument_openai()` patches `create` and `parse` of `Completions` and `AsyncCompletions` (and of the
 `beta.chat.completions` classes of older clients) so every chat completion (sync, async, streamed,
@@ -10,24 +10,25 @@ structured-output calls (e.g. LangChain's `with_structured_output`) would otherw
 The request and response conversions (`request_to_attributes`, `response_to_attributes`) work on plain
 JSON dicts and are shared with the LLM proxy; `ChatCompletionAccumulator` rebuilds a response dict from
 streamed chunks so streamed calls get the same attributes.
+
+`Responses` / `AsyncResponses` (`create`, `parse`, and `stream()` through `create`) are patched the same
+way with the call format of `openai_responses`: one `openai.responses` span per call. The span machinery
+(`CallFormat`, `wrap_sync_call` / `wrap_async_call`) lives in `llm_calls`, shared with the Anthropic and
+LiteLLM instrumentations.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace as trace_api
-from opentelemetry.trace import Status, StatusCode
-
 from agentlightning.semconv import LOGPROBS_CONTENT, LOGPROBS_REFUSAL, PROMPT_TOKEN_IDS, RESPONSE_TOKEN_IDS
 from agentlightning.types import Attributes
-from agentlightning.utils.otel import format_exception_attributes
+
+from .llm_calls import WRAPPED_MARK, CallFormat, as_dict, wrap_async_call, wrap_sync_call
 
 __all__ = [
     "LLM_SPAN_NAME",
@@ -38,6 +39,7 @@ __all__ = [
     "request_to_attributes",
     "response_to_attributes",
     "ChatCompletionAccumulator",
+    "CHAT_FORMAT",
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,31 +68,12 @@ SAMPLING_FIELDS = (
     "user",
 )
 
-_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # type: ignore[attr-defined]
-_WRAPPED_MARK = "__agentlightning_wrapped__"
-
 
 # ---- JSON helpers ----
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-like dict from a dict, a pydantic model (extras included) or any object with attributes."""
-    if obj is None:
-        return {}
-    if isinstance(obj, Mapping):
-        return dict(obj)  # type: ignore[arg-type]
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        try:
-            # `ParsedChatCompletion.parsed` holds the caller's model where the schema says None: no warning.
-            return dump(warnings=False)  # type: ignore[no-any-return]
-        except TypeError:
-            return dump()  # type: ignore[no-any-return]
-    return {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}
-
-
 def _json(value: Any) -> str:
-    return json.dumps(value, default=lambda o: _as_dict(o) or str(o))
+    return json.dumps(value, default=lambda o: as_dict(o) or str(o))
 
 
 def _int_list(value: Any) -> Optional[list[int]]:
@@ -110,8 +93,8 @@ def _content_attribute(content: Any) -> Optional[str]:
 def _tool_call_attributes(prefix: str, tool_calls: Any) -> Attributes:
     attributes: Attributes = {}
     for j, raw_call in enumerate(tool_calls or []):
-        call = _as_dict(raw_call)
-        function = _as_dict(call.get("function"))
+        call = as_dict(raw_call)
+        function = as_dict(call.get("function"))
         if call.get("id") is not None:
             attributes[f"{prefix}.tool_calls.{j}.id"] = str(call["id"])
         if function.get("name") is not None:
@@ -143,7 +126,7 @@ def request_to_attributes(request: Mapping[str, Any], *, system: str = "openai")
         else:
             attributes[f"gen_ai.request.{field}"] = _json(value)
     for i, raw_message in enumerate(request.get("messages") or []):
-        message = _as_dict(raw_message)
+        message = as_dict(raw_message)
         prefix = f"gen_ai.prompt.{i}"
         if message.get("role") is not None:
             attributes[f"{prefix}.role"] = str(message["role"])
@@ -156,9 +139,9 @@ def request_to_attributes(request: Mapping[str, Any], *, system: str = "openai")
         attributes.update(_tool_call_attributes(prefix, message.get("tool_calls")))
     functions: list[dict[str, Any]] = []
     for raw_tool in request.get("tools") or []:
-        tool = _as_dict(raw_tool)
-        functions.append(_as_dict(tool.get("function")) if "function" in tool else tool)
-    functions.extend(_as_dict(f) for f in request.get("functions") or [])
+        tool = as_dict(raw_tool)
+        functions.append(as_dict(tool.get("function")) if "function" in tool else tool)
+    functions.extend(as_dict(f) for f in request.get("functions") or [])
     for i, function in enumerate(functions):
         prefix = f"gen_ai.request.functions.{i}"
         if function.get("name") is not None:
@@ -173,7 +156,7 @@ def request_to_attributes(request: Mapping[str, Any], *, system: str = "openai")
 def _response_token_ids(choice: Mapping[str, Any]) -> Optional[list[int]]:
     token_ids = _int_list(choice.get("token_ids"))
     if token_ids is None:
-        token_ids = _int_list(_as_dict(choice.get("provider_specific_fields")).get("token_ids"))
+        token_ids = _int_list(as_dict(choice.get("provider_specific_fields")).get("token_ids"))
     return token_ids
 
 
@@ -190,11 +173,11 @@ def response_to_attributes(response: Mapping[str, Any]) -> Attributes:
         attributes["gen_ai.response.model"] = str(response["model"])
     if response.get("system_fingerprint") is not None:
         attributes["gen_ai.response.system_fingerprint"] = str(response["system_fingerprint"])
-    choices = [_as_dict(c) for c in response.get("choices") or []]
+    choices = [as_dict(c) for c in response.get("choices") or []]
     for position, choice in enumerate(choices):
         index = choice.get("index", position)
         index = index if isinstance(index, int) else position
-        message = _as_dict(choice.get("message"))
+        message = as_dict(choice.get("message"))
         prefix = f"gen_ai.completion.{index}"
         if message.get("role") is not None:
             attributes[f"{prefix}.role"] = str(message["role"])
@@ -206,10 +189,10 @@ def response_to_attributes(response: Mapping[str, Any]) -> Attributes:
         if choice.get("finish_reason") is not None:
             attributes[f"{prefix}.finish_reason"] = str(choice["finish_reason"])
         attributes.update(_tool_call_attributes(prefix, message.get("tool_calls")))
-        function_call = _as_dict(message.get("function_call"))
+        function_call = as_dict(message.get("function_call"))
         if function_call and not message.get("tool_calls"):
             attributes.update(_tool_call_attributes(prefix, [{"function": function_call}]))
-    usage = _as_dict(response.get("usage"))
+    usage = as_dict(response.get("usage"))
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         if isinstance(usage.get(key), int):
             attributes[f"gen_ai.usage.{key}"] = usage[key]
@@ -222,7 +205,7 @@ def response_to_attributes(response: Mapping[str, Any]) -> Attributes:
         response_token_ids = _response_token_ids(choices[0])
         if response_token_ids is not None:
             attributes[RESPONSE_TOKEN_IDS] = response_token_ids
-        logprobs = _as_dict(choices[0].get("logprobs"))
+        logprobs = as_dict(choices[0].get("logprobs"))
         if logprobs.get("content") is not None:
             attributes[LOGPROBS_CONTENT] = _json(logprobs["content"])
         if logprobs.get("refusal") is not None:
@@ -238,30 +221,30 @@ class ChatCompletionAccumulator:
         self._choices: dict[int, dict[str, Any]] = {}
 
     def add(self, chunk: Any) -> None:
-        data = _as_dict(chunk)
+        data = as_dict(chunk)
         for key in ("id", "model", "system_fingerprint", "created"):
             if data.get(key) is not None and key not in self._response:
                 self._response[key] = data[key]
         if data.get("usage"):
-            self._response["usage"] = _as_dict(data["usage"])
+            self._response["usage"] = as_dict(data["usage"])
         prompt_token_ids = _int_list(data.get("prompt_token_ids"))
         if prompt_token_ids is not None:
             self._response["prompt_token_ids"] = prompt_token_ids
         for raw_choice in data.get("choices") or []:
-            self._add_choice(_as_dict(raw_choice))
+            self._add_choice(as_dict(raw_choice))
 
     def _add_choice(self, delta_choice: dict[str, Any]) -> None:
         index = delta_choice.get("index") or 0
         choice = self._choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})
         message = choice["message"]
-        delta = _as_dict(delta_choice.get("delta"))
+        delta = as_dict(delta_choice.get("delta"))
         if delta.get("role"):
             message["role"] = delta["role"]
         for key in ("content", "refusal"):
             if delta.get(key):
                 message[key] = (message.get(key) or "") + str(delta[key])
         for raw_call in delta.get("tool_calls") or []:
-            call_delta = _as_dict(raw_call)
+            call_delta = as_dict(raw_call)
             calls: list[dict[str, Any]] = message.setdefault("tool_calls", [])
             call_index = call_delta.get("index")
             call_index = call_index if isinstance(call_index, int) else len(calls)
@@ -270,7 +253,7 @@ class ChatCompletionAccumulator:
             call = calls[call_index]
             if call_delta.get("id"):
                 call["id"] = call_delta["id"]
-            function_delta = _as_dict(call_delta.get("function"))
+            function_delta = as_dict(call_delta.get("function"))
             if function_delta.get("name"):
                 call["function"]["name"] = (call["function"]["name"] or "") + str(function_delta["name"])
             if function_delta.get("arguments"):
@@ -283,7 +266,7 @@ class ChatCompletionAccumulator:
         prompt_token_ids = _int_list(delta_choice.get("prompt_token_ids"))
         if prompt_token_ids is not None:
             self._response.setdefault("prompt_token_ids", prompt_token_ids)
-        logprobs = _as_dict(delta_choice.get("logprobs"))
+        logprobs = as_dict(delta_choice.get("logprobs"))
         for key in ("content", "refusal"):
             if logprobs.get(key):
                 choice.setdefault("logprobs", {}).setdefault(key, []).extend(logprobs[key])
@@ -295,221 +278,16 @@ class ChatCompletionAccumulator:
         return response
 
 
-# ---- span lifecycle ----
+# ---- call format of chat completions ----
 
 
-def _tracer() -> trace_api.Tracer:
-    return trace_api.get_tracer("agentlightning.instrumentation.openai")
-
-
-class _LLMCall:
-    """The span of one chat completion; ends exactly once."""
-
-    def __init__(self, request: Mapping[str, Any]) -> None:
-        parent = trace_api.get_current_span()
-        self._lock = threading.Lock()
-        self._ended = False
-        # When another instrumentation (e.g. AgentOps) already opened the span for this same call, enrich
-        # it instead of opening a second one.
-        if parent.is_recording() and getattr(parent, "name", None) == LLM_SPAN_NAME:
-            self.span, self.owned = parent, False
-        else:
-            self.span, self.owned = _tracer().start_span(LLM_SPAN_NAME, kind=trace_api.SpanKind.CLIENT), True
-        if self.span.is_recording():
-            self.span.set_attributes(request_to_attributes(request))
-
-    def finish(self, response: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
-        with self._lock:
-            if self._ended:
-                return
-            self._ended = True
-        try:
-            if self.span.is_recording():
-                if response is not None:
-                    self.span.set_attributes(response_to_attributes(response))
-                if error is not None:
-                    self.span.set_attributes(format_exception_attributes(error))
-                    self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-        except Exception:
-            logger.exception("could not record chat completion attributes on span %s", LLM_SPAN_NAME)
-        finally:
-            if self.owned:
-                self.span.end()
-
-
-def _materialize_iterables(kwargs: dict[str, Any]) -> None:
-    """The client accepts any iterable of messages/tools; read one-shot iterators once, for us and the call."""
-    for key in ("messages", "tools", "functions"):
-        value = kwargs.get(key)
-        if value is not None and not isinstance(value, (list, tuple, Mapping, str)) and hasattr(value, "__iter__"):
-            kwargs[key] = list(value)
-
-
-def _start_call(kwargs: dict[str, Any]) -> Optional[_LLMCall]:
-    """Open the span of a call; instrumentation problems are logged, never raised into the agent."""
-    try:
-        _materialize_iterables(kwargs)
-        return _LLMCall(_request_from_kwargs(kwargs))
-    except Exception:
-        logger.exception("could not start the %s span; the call proceeds untraced", LLM_SPAN_NAME)
-        return None
-
-
-def _finish_call(result: Any, call: _LLMCall) -> None:
-    try:
-        _handle_result(result, call)
-    except Exception:
-        logger.exception("could not record the result of a chat completion on its span")
-        call.finish()
-
-
-def _request_from_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    request = {k: v for k, v in kwargs.items() if not k.startswith("extra_") and k != "timeout"}
-    extra_body = kwargs.get("extra_body")
-    if isinstance(extra_body, Mapping):
-        request.update(extra_body)  # type: ignore[arg-type]
-    return {k: v for k, v in request.items() if _is_given(v)}
-
-
-def _is_given(value: Any) -> bool:
-    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
-
-
-def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
-    """Wrap a `Stream` in place (its type stays `openai.Stream`) so the span ends with the stream."""
-    accumulator = ChatCompletionAccumulator()
-    original_iterator = stream._iterator
-    original_close = stream.close
-
-    def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
-            for chunk in original_iterator:
-                accumulator.add(chunk)
-                yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
-
-    def close() -> None:
-        try:
-            original_close()
-        finally:
-            call.finish(accumulator.to_response())
-
-    stream._iterator = iterate()
-    stream.close = close
-
-
-def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
-    accumulator = ChatCompletionAccumulator()
-    original_iterator = stream._iterator
-    original_close = stream.close
-
-    async def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
-            async for chunk in original_iterator:
-                accumulator.add(chunk)
-                yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
-
-    async def close() -> None:
-        try:
-            await original_close()
-        finally:
-            call.finish(accumulator.to_response())
-
-    stream._iterator = iterate()
-    stream.close = close
-
-
-def _handle_result(result: Any, call: _LLMCall) -> None:
-    """Attach the call's span to whatever `create` returned: a completion, a stream, or a raw response."""
-    from openai import AsyncStream, Stream
-
-    target = result
-    parse = getattr(result, "parse", None)
-    if type(result).__name__ == "LegacyAPIResponse" and callable(parse):
-        target = parse()  # cached by the response, so the caller's own parse() returns the same object
-    if isinstance(target, Stream):
-        _instrument_sync_stream(target, call)
-    elif isinstance(target, AsyncStream):
-        _instrument_async_stream(target, call)
-    elif hasattr(target, "choices"):
-        call.finish(_as_dict(target))
-    else:
-        # e.g. `with_streaming_response`, whose body is read later by the caller: request attributes only.
-        call.finish()
-
-
-def _suppressed() -> bool:
-    return bool(otel_context.get_value(_SUPPRESS_KEY))
-
-
-def _call_suppressed(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call the wrapped `create` with inner instrumentations suppressed, so one call makes one span."""
-    token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-    try:
-        return func(*args, **kwargs)
-    finally:
-        otel_context.detach(token)
-
-
-def _use_span(span: trace_api.Span) -> Any:
-    return trace_api.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
-
-
-def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _state.enabled or _suppressed():
-            return original(self, *args, **kwargs)
-        call = _start_call(kwargs)
-        if call is None:
-            return original(self, *args, **kwargs)
-        try:
-            with _use_span(call.span):
-                result = _call_suppressed(original, self, *args, **kwargs)
-        except Exception as exc:
-            call.finish(error=exc)
-            raise
-        _finish_call(result, call)
-        return result
-
-    setattr(create, _WRAPPED_MARK, original)
-    return create
-
-
-def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    async def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _state.enabled or _suppressed():
-            return await original(self, *args, **kwargs)
-        call = _start_call(kwargs)
-        if call is None:
-            return await original(self, *args, **kwargs)
-        try:
-            with _use_span(call.span):
-                token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-                try:
-                    result = await original(self, *args, **kwargs)
-                finally:
-                    otel_context.detach(token)
-        except Exception as exc:
-            call.finish(error=exc)
-            raise
-        _finish_call(result, call)
-        return result
-
-    setattr(create, _WRAPPED_MARK, original)
-    return create
+CHAT_FORMAT = CallFormat(
+    LLM_SPAN_NAME,
+    request_to_attributes,
+    response_to_attributes,
+    ChatCompletionAccumulator,
+    lambda result: hasattr(result, "choices"),
+)
 
 
 # ---- install / uninstall ----
@@ -529,18 +307,33 @@ class _InstrumentationState:
 _state = _InstrumentationState()
 
 
-# Methods that send a chat completion request; `parse` posts on its own (it does not call `create`).
+# Methods that send a request; `parse` posts on its own (it does not call `create`). The Responses
+# `stream()` helper goes through `create`, so it is covered.
 _METHODS = ("create", "parse")
 
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
-    """(class, method, wrapper factory) for every client method that sends a chat completion."""
+
+def _is_enabled() -> bool:
+    return _state.enabled
+
+
+def _wrappers(call_format: CallFormat) -> tuple[Wrap, Wrap]:
+    def sync(original: Callable[..., Any]) -> Callable[..., Any]:
+        return wrap_sync_call(original, call_format, _is_enabled)
+
+    def async_(original: Callable[..., Any]) -> Callable[..., Any]:
+        return wrap_async_call(original, call_format, _is_enabled)
+
+    return sync, async_
+
+
+def _targets() -> list[tuple[type, str, Wrap]]:
+    """(class, method, wrapper factory) for every client method that sends a chat completion or a response."""
     from openai.resources.chat.completions import AsyncCompletions, Completions
 
-    classes: list[tuple[type, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
-        (Completions, _wrap_sync),
-        (AsyncCompletions, _wrap_async),
-    ]
+    chat_sync, chat_async = _wrappers(CHAT_FORMAT)
+    classes: list[tuple[type, Wrap]] = [(Completions, chat_sync), (AsyncCompletions, chat_async)]
     try:  # openai < 2 keeps structured outputs in separate `beta.chat.completions` classes
         from openai.resources.beta.chat.completions import (  # type: ignore[import-not-found]
             AsyncCompletions as BetaAsyncCompletions,  # type: ignore[reportUnknownVariableType]
@@ -551,7 +344,16 @@ def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
     except ImportError:
         pass
     else:
-        classes += [(BetaCompletions, _wrap_sync), (BetaAsyncCompletions, _wrap_async)]  # type: ignore[list-item]
+        classes += [(BetaCompletions, chat_sync), (BetaAsyncCompletions, chat_async)]  # type: ignore[list-item]
+    try:  # the Responses API (openai >= 1.66)
+        from openai.resources.responses import AsyncResponses, Responses
+    except ImportError:
+        pass
+    else:
+        from .openai_responses import RESPONSES_FORMAT
+
+        responses_sync, responses_async = _wrappers(RESPONSES_FORMAT)
+        classes += [(Responses, responses_sync), (AsyncResponses, responses_async)]
     return [(cls, name, wrap) for cls, wrap in classes for name in _METHODS if callable(cls.__dict__.get(name))]
 
 
@@ -595,7 +397,7 @@ def uninstrument_openai() -> None:
         for cls, name in list(_state.installed):
             current = cls.__dict__.get(name)
             while current is not None and _is_ours(current):
-                current = getattr(current, _WRAPPED_MARK)
+                current = getattr(current, WRAPPED_MARK)
                 setattr(cls, name, current)
             _state.installed.discard((cls, name))
 

@@ -1,5 +1,8 @@
 """The proxy's ASGI app: OpenAI routes, plain and under `/rollout/{rollout_id}/attempt/{attempt_id}`.
 
+`chat/completions` and `completions` are forwarded as they are; `responses` (OpenAI Responses API) and
+`messages` (Anthropic Messages API) are translated to a chat completion for the backend (`translation`).
+
 Hot-path routes are plain Starlette routes (no FastAPI body validation) to keep the added latency low.
 """
 
@@ -21,6 +24,7 @@ from .forward import error_response, forward_call
 from .models import WILDCARD, UnknownModelError
 from .runtime import ProxyRuntime
 from .spans import parse_traceparent
+from .translation import TRANSLATED_APIS, ClientApi, TranslationError, client_error_response, request_to_chat
 
 __all__ = ["build_proxy_app", "HEALTH_PATH", "ROUTE_PREFIXES"]
 
@@ -41,15 +45,16 @@ def _parse_body(raw: bytes) -> dict[str, Any]:
     return body  # type: ignore[return-value]
 
 
-async def _handle_call(runtime: ProxyRuntime, request: Request, kind: CallKind) -> Response:
+async def _handle_call(runtime: ProxyRuntime, request: Request, client_api: ClientApi) -> Response:
     start_time = time.time()
     try:
         body = _parse_body(await request.body())
     except ValueError as exc:
-        return error_response(400, str(exc), error_type="invalid_request_error")
+        return client_error_response(client_api, 400, str(exc), error_type="invalid_request_error")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        return error_response(
+        return client_error_response(
+            client_api,
             400,
             f"the request needs a 'model' (one of {runtime.router.model_names})",
             error_type="invalid_request_error",
@@ -58,12 +63,21 @@ async def _handle_call(runtime: ProxyRuntime, request: Request, kind: CallKind) 
     try:
         deployments = runtime.router.resolve(model)
     except UnknownModelError as exc:
-        return error_response(404, str(exc), error_type="invalid_request_error", param="model")
+        return client_error_response(client_api, 404, str(exc), error_type="invalid_request_error", param="model")
+    kind: CallKind = "completion" if client_api == "completion" else "chat"
+    if client_api in TRANSLATED_APIS:
+        try:
+            backend_body = request_to_chat(client_api, body)
+        except TranslationError as exc:
+            return client_error_response(client_api, 400, str(exc), error_type="invalid_request_error")
+    else:
+        backend_body = dict(body)
     params = request.path_params
     call = ProxyCall(
         kind=kind,
+        client_api=client_api,
         client_body=body,
-        body=dict(body),
+        body=backend_body,
         headers=request.headers,
         start_time=start_time,
         path_rollout_id=params.get("rollout_id"),
@@ -102,6 +116,12 @@ def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:
     async def completions(request: Request) -> Response:
         return await _handle_call(runtime, request, "completion")
 
+    async def responses(request: Request) -> Response:
+        return await _handle_call(runtime, request, "responses")
+
+    async def messages(request: Request) -> Response:
+        return await _handle_call(runtime, request, "messages")
+
     async def models(request: Request) -> Response:
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "agentlightning"}
@@ -117,6 +137,8 @@ def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:
     for prefix in ROUTE_PREFIXES:
         app.add_route(prefix + "/chat/completions", chat_completions, methods=["POST"])
         app.add_route(prefix + "/completions", completions, methods=["POST"])
+        app.add_route(prefix + "/responses", responses, methods=["POST"])
+        app.add_route(prefix + "/messages", messages, methods=["POST"])
         app.add_route(prefix + "/models", models, methods=["GET"])
 
     @app.exception_handler(Exception)

@@ -9,9 +9,10 @@ from typing import Any, Literal, Optional
 
 from .models import Deployment
 
-__all__ = ["CallKind", "ProxyCall", "ENDPOINT_OF_KIND"]
+__all__ = ["CallKind", "ClientApi", "ProxyCall", "ENDPOINT_OF_KIND"]
 
 CallKind = Literal["chat", "completion"]
+ClientApi = Literal["chat", "completion", "responses", "messages"]
 
 ENDPOINT_OF_KIND: dict[str, str] = {"chat": "chat/completions", "completion": "completions"}
 """OpenAI route (relative to `/v1`) of each call kind."""
@@ -21,12 +22,15 @@ ENDPOINT_OF_KIND: dict[str, str] = {"chat": "chat/completions", "completion": "c
 class ProxyCall:
     """One request through the proxy; middlewares and callbacks read and adjust it.
 
-    `body` is the request as it will be sent to the backend (callbacks may add fields such as
-    `return_token_ids`); `client_body` is what the client sent. `response` is the complete response
-    (rebuilt from the chunks when streamed), `error` a message when the call failed.
+        `body` is the request as it will be sent to the backend (callbacks may add fields such as
+        `return_token_ids`); `client_body` is what the client sent. `response` is the complete response
+        (rebuilt from the chunks when streamed), `error` a message when the call failed. For a translated call
+    `client_body` is the Responses / Messages request and `body` its chat-completions equivalent; `response`
+    is always the backend's chat-completions response.
     """
 
     kind: CallKind
+    """What the backend is asked for: a chat completion or a legacy completion."""
     client_body: dict[str, Any]
     body: dict[str, Any]
     headers: Mapping[str, str]
@@ -47,6 +51,13 @@ class ProxyCall:
     trace_id: Optional[str] = None
     parent_span_id: Optional[str] = None
     extra_attributes: dict[str, Any] = field(default_factory=dict)
+    client_api: ClientApi = "chat"
+    """The API the client spoke: `chat`, `completion`, or `responses` / `messages` (served through a chat
+    completion, see `translation`); defaults to `kind`."""
+
+    def __post_init__(self) -> None:
+        if self.client_api == "chat" and self.kind == "completion":
+            self.client_api = "completion"
 
     @property
     def model(self) -> str:
@@ -57,6 +68,11 @@ class ProxyCall:
     def backend_stream(self) -> bool:
         """Whether the backend is asked to stream (the client asked and no conversion applies)."""
         return self.client_stream and not self.convert_stream
+
+    @property
+    def translated(self) -> bool:
+        """Whether the client's API differs from the backend call (Responses / Messages over chat)."""
+        return self.client_api != self.kind
 
     @property
     def is_attributed(self) -> bool:

@@ -22,6 +22,7 @@ from .call import ENDPOINT_OF_KIND, ProxyCall
 from .models import Deployment
 from .runtime import ProxyRuntime
 from .streaming import SSEResponseRecorder, response_to_sse_events
+from .translation import StreamTranslator, chat_response_to_client, client_error_response
 
 __all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES"]
 
@@ -136,7 +137,7 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         call.status_code, call.end_time = 502, time.time()
         call.error = f"the backend's answer broke off: {type(exc).__name__}: {exc}"
         await runtime.finish(call)
-        return error_response(502, call.error, error_type="upstream_error")
+        return client_error_response(call.client_api, 502, call.error, error_type="upstream_error")
     response.release()
     call.status_code = response.status
     if response.status < 400:
@@ -149,11 +150,27 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         call.error = _error_message(content, response.status)
     call.end_time = time.time()
     await runtime.finish(call)
+    if call.translated:
+        return translated_answer(call)
     if call.client_stream and call.response is not None:  # converted, or a backend that does not stream
         include_usage = bool((call.client_body.get("stream_options") or {}).get("include_usage"))
         events = response_to_sse_events(call.kind, call.response, include_usage=include_usage)
         return Response(b"".join(events), media_type="text/event-stream", headers=_SSE_HEADERS)
     return Response(content, status_code=response.status, headers=_passthrough_headers(response))
+
+
+def translated_answer(call: ProxyCall) -> Response:
+    """The finished call's answer in the client's format (Responses / Messages), streamed if asked."""
+    api = call.client_api
+    if call.error is not None or call.response is None:
+        status = call.status_code if call.status_code is not None and call.status_code >= 400 else 502
+        return client_error_response(
+            api, status, call.error or "the backend gave no answer", error_type="upstream_error"
+        )
+    if call.client_stream:
+        events = StreamTranslator(api, call.client_body).finish(call.response)
+        return Response(events, media_type="text/event-stream", headers=_SSE_HEADERS)
+    return JSONResponse(chat_response_to_client(api, call.response, call.client_body))
 
 
 async def _finish_abandoned(
@@ -174,7 +191,9 @@ class _Relay:
         self.runtime = runtime
         self.call = call
         self.response = response
-        self.recorder = SSEResponseRecorder(call.kind)
+        self.parsed: list[dict[str, Any]] = []
+        self.translator = StreamTranslator(call.client_api, call.client_body) if call.translated else None
+        self.recorder = SSEResponseRecorder(call.kind, self.parsed.append if self.translator is not None else None)
         self.started = False
         self.body = self._chunks()
 
@@ -184,9 +203,16 @@ class _Relay:
         held: list[bytes] = []
         completed = False
         failure = "the client disconnected before the stream ended"
+        translator = self.translator
         try:
             async for chunk in response.content.iter_any():
-                if held:
+                if translator is not None:
+                    recorder.feed(chunk)
+                    translated = b"".join(translator.add_chunk(parsed) for parsed in self.parsed)
+                    self.parsed.clear()
+                    if translated:
+                        yield translated
+                elif held:
                     held.append(chunk)
                 elif recorder.feed(chunk):
                     cut = chunk.find(_DONE_MARKER)
@@ -212,6 +238,8 @@ class _Relay:
         call.end_time = time.time()
         # Shielded: a client leaving now must not keep the finished call from being recorded.
         await asyncio.shield(runtime.spawn(runtime.finish(call)))
+        if translator is not None:
+            yield translator.error(call.error) if call.error is not None else translator.finish(call.response)
         for chunk in held:
             yield chunk
 
@@ -240,12 +268,16 @@ class _RelayResponse(StreamingResponse):
 
 async def forward_call(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deployment]) -> Response:
     """Send the call to its backend and answer the client (streamed or not), recording the call."""
+    if deployments[0].via_litellm:
+        from .litellm_backend import forward_with_litellm
+
+        return await forward_with_litellm(runtime, call, deployments)
     try:
         response = await _send(runtime, call, deployments)
     except BackendUnavailable as exc:
         call.status_code, call.error, call.end_time = 502, str(exc), time.time()
         await runtime.finish(call)
-        return error_response(502, str(exc), error_type="upstream_unavailable")
+        return client_error_response(call.client_api, 502, str(exc), error_type="upstream_unavailable")
     is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
     if not call.backend_stream or response.status >= 400 or not is_sse:
         return await _unary(runtime, call, response)

@@ -4,14 +4,20 @@ An entry `{"model_name": "policy", "litellm_params": {"model": "hosted_vllm/Qwen
 "api_base": "http://127.0.0.1:8000/v1"}}` serves the name `policy` by forwarding to that OpenAI-compatible
 server with backend model `Qwen/Qwen3-0.6B`. Several entries with one name are used round-robin (and a
 retry moves to the next); `model_name: "*"` with a `.../*` model forwards any other name unchanged.
+
+Any other LiteLLM provider (`anthropic/`, `azure/`, `gemini/`, `bedrock/`...), or any `litellm_params` key
+beyond the few the fast path understands (`rpm`, `max_retries`, `aws_region_name`...), makes a deployment
+served through `litellm.acompletion` with all of its `litellm_params`; that needs the `litellm` extra, and
+without it such an entry is refused with an error naming the extra.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, TypedDict
 from urllib.parse import urlsplit
 
@@ -22,6 +28,7 @@ __all__ = [
     "ModelRouter",
     "UnknownModelError",
     "OPENAI_COMPATIBLE_PROVIDERS",
+    "litellm_available",
 ]
 
 OPENAI_COMPATIBLE_PROVIDERS = ("hosted_vllm", "openai", "custom_openai", "openai_like", "vllm")
@@ -73,6 +80,12 @@ class Deployment:
     api_key: Optional[str] = None
     timeout: Optional[float] = None
     extra_headers: Optional[tuple[tuple[str, str], ...]] = None
+    litellm_params: Optional[Mapping[str, Any]] = field(default=None, compare=False)
+    """All `litellm_params` of an entry served through LiteLLM (None for the OpenAI-compatible fast path)."""
+
+    @property
+    def via_litellm(self) -> bool:
+        return self.litellm_params is not None
 
     def url(self, endpoint: str) -> str:
         """Full backend URL of an OpenAI route such as `chat/completions`."""
@@ -80,6 +93,12 @@ class Deployment:
 
     def for_request(self, requested_model: str) -> Deployment:
         """A wildcard deployment bound to the model the client asked for."""
+        if self.litellm_params is not None:
+            if not self.backend_model.endswith("/" + WILDCARD):
+                return self
+            backend_model = f"{self.provider}/{requested_model}"
+            params = {**self.litellm_params, "model": backend_model}
+            return Deployment(requested_model, self.provider, backend_model, self.api_base, litellm_params=params)
         if self.backend_model != WILDCARD:
             return self
         return Deployment(
@@ -102,6 +121,35 @@ def _normalize_api_base(api_base: str, where: str) -> str:
     return base + "/v1" if parts.path in ("", "/") else base
 
 
+def litellm_available() -> bool:
+    """Whether the `litellm` extra is installed (checked without importing it: the import takes seconds)."""
+    try:
+        return importlib.util.find_spec("litellm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _litellm_deployment(model_name: str, params: Mapping[str, Any], where: str, why: str) -> Deployment:
+    if not litellm_available():
+        raise ValueError(
+            f"{where} ({model_name!r}): {why}, which needs LiteLLM: pip install agentlightning[litellm]. Without "
+            f"it this proxy forwards only to {', '.join(p + '/' for p in OPENAI_COMPATIBLE_PROVIDERS)} backends "
+            f"with litellm_params {sorted(_KNOWN_PARAMS)}"
+        )
+    model = str(params["model"])
+    provider, _, backend = model.partition("/")
+    if backend == WILDCARD and model_name != WILDCARD:
+        raise ValueError(f"{where}: a wildcard model {model!r} needs model_name '*', got {model_name!r}")
+    api_base = params.get("api_base")
+    return Deployment(
+        model_name=model_name,
+        provider=provider,
+        backend_model=model,
+        api_base=str(api_base) if api_base else "",
+        litellm_params=dict(params),
+    )
+
+
 def parse_model_config(entry: Mapping[str, Any], position: int) -> Deployment:
     """Validate one model-list entry; errors name the entry and the fix."""
     where = f"model_list[{position}]"
@@ -113,12 +161,6 @@ def parse_model_config(entry: Mapping[str, Any], position: int) -> Deployment:
     params = entry.get("litellm_params")
     if not isinstance(params, Mapping):
         raise ValueError(f"{where} ({model_name!r}) needs 'litellm_params', e.g. {{'model': 'hosted_vllm/<name>'}}")
-    unknown = sorted(set(params) - _KNOWN_PARAMS)  # type: ignore[arg-type]
-    if unknown:
-        raise ValueError(
-            f"{where} ({model_name!r}): litellm_params {unknown} are not supported by this proxy; "
-            f"use only {sorted(_KNOWN_PARAMS)}"
-        )
     model = params.get("model")
     if not isinstance(model, str) or not model:
         raise ValueError(f"{where} ({model_name!r}) needs litellm_params.model, e.g. 'hosted_vllm/Qwen/Qwen3-0.6B'")
@@ -126,10 +168,11 @@ def parse_model_config(entry: Mapping[str, Any], position: int) -> Deployment:
     if not sep:
         provider, backend_model = "openai", model
     if provider not in OPENAI_COMPATIBLE_PROVIDERS:
-        raise ValueError(
-            f"{where} ({model_name!r}): provider {provider!r} in {model!r} is not OpenAI-compatible; this proxy "
-            f"forwards to {', '.join(p + '/' for p in OPENAI_COMPATIBLE_PROVIDERS)} backends"
-        )
+        why = f"provider {provider!r} in {model!r} is not OpenAI-compatible"
+        return _litellm_deployment(model_name, params, where, why)  # type: ignore[arg-type]
+    unknown = sorted(set(params) - _KNOWN_PARAMS)  # type: ignore[arg-type]
+    if unknown:
+        return _litellm_deployment(model_name, params, where, f"litellm_params {unknown} are LiteLLM options")  # type: ignore[arg-type]
     if backend_model == WILDCARD and model_name != WILDCARD:
         raise ValueError(f"{where}: a wildcard model {model!r} needs model_name '*', got {model_name!r}")
     api_base = params.get("api_base")
@@ -170,7 +213,14 @@ class ModelRouter:
         self._deployments: dict[str, list[Deployment]] = {}
         for position, entry in enumerate(model_list):
             deployment = parse_model_config(entry, position)
-            self._deployments.setdefault(deployment.model_name, []).append(deployment)
+            siblings = self._deployments.setdefault(deployment.model_name, [])
+            if siblings and siblings[0].via_litellm != deployment.via_litellm:
+                raise ValueError(
+                    f"model_list[{position}] ({deployment.model_name!r}) mixes a LiteLLM-served entry with an "
+                    "OpenAI-compatible one under the same model_name; give them different names, or add a "
+                    "LiteLLM option (e.g. 'rpm') to both so that both go through LiteLLM"
+                )
+            siblings.append(deployment)
         self._turns: dict[str, Iterator[int]] = {name: itertools.count() for name in self._deployments}
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from agentlightning.utils.server_launcher import LaunchMode, PythonServerLaunche
 from .app import HEALTH_PATH, build_proxy_app
 from .callbacks import CallbackSpec, resolve_callbacks
 from .middleware import MiddlewareSpec, resolve_middlewares
-from .models import WILDCARD, ModelConfig, ModelRouter
+from .models import WILDCARD, ModelConfig, ModelRouter, litellm_available
 from .runtime import DEFAULT_REQUEST_TIMEOUT_SECONDS, ProxyRuntime
 
 if TYPE_CHECKING:
@@ -67,12 +68,15 @@ class LLMProxy:
     Args:
         port: port to listen on; None picks a free one at the first `start()` (kept across restarts).
         model_list: LiteLLM-style `ModelConfig` entries, e.g. `{"model_name": "policy", "litellm_params":
-            {"model": "hosted_vllm/Qwen/Qwen3-0.6B", "api_base": "http://127.0.0.1:8000/v1"}}`.
+            {"model": "hosted_vllm/Qwen/Qwen3-0.6B", "api_base": "http://127.0.0.1:8000/v1"}}`. OpenAI-compatible
+            providers are forwarded directly; any other LiteLLM provider needs the `litellm` extra.
         store: where call spans go; in `mp` mode it must be reachable from another process (a started
             `LightningStoreServer`, a `LightningStoreClient`, or a SQLite/PostgreSQL store).
         host: interface to bind (default 127.0.0.1; "0.0.0.0" for agents on other machines).
         litellm_config: LiteLLM proxy config; `model_list` (when the argument is None) and
-            `litellm_settings.num_retries` / `request_timeout` are honoured, other keys are ignored with a warning.
+            `litellm_settings.num_retries` / `request_timeout` are honoured; with the `litellm` extra also the
+            other `litellm_settings` (set on the `litellm` module), `router_settings.num_retries` / `timeout`
+            and `environment_variables`. Other keys are ignored with a warning.
         num_retries: retries of a failed backend call (transport errors, 408/429/5xx), rotating deployments.
         num_workers: serving processes (`mp` only).
         launch_mode: "mp" (own process), "thread" (background thread of this process) or "asyncio" (the
@@ -97,6 +101,7 @@ class LLMProxy:
         callbacks: Optional[Sequence[CallbackSpec]] = None,
     ) -> None:
         self.litellm_config: dict[str, Any] = dict(litellm_config or {})
+        self.litellm_module_settings: dict[str, Any] = {}
         settings = self._litellm_settings()
         if model_list is None:
             model_list = list(self.litellm_config.get("model_list") or [])
@@ -120,11 +125,28 @@ class LLMProxy:
         self._server_args()  # validates launch mode / workers / port now rather than at start()
 
     def _litellm_settings(self) -> dict[str, Any]:
-        ignored = sorted(set(self.litellm_config) - {"model_list", "litellm_settings"})
+        """Our settings (retries, timeout) from `litellm_config`; with the LiteLLM extra, the other
+        `litellm_settings` go to the `litellm` module of the serving process, `router_settings` retries and
+        timeout are honoured and `environment_variables` are set (so provider keys reach LiteLLM)."""
+        with_litellm = litellm_available()
+        accepted = {"model_list", "litellm_settings"}
         settings = dict(self.litellm_config.get("litellm_settings") or {})
-        ignored += [f"litellm_settings.{key}" for key in sorted(set(settings) - _SUPPORTED_LITELLM_SETTINGS)]
+        if with_litellm:
+            accepted |= {"router_settings", "environment_variables"}
+            router = dict(self.litellm_config.get("router_settings") or {})
+            if "num_retries" in router:
+                settings.setdefault("num_retries", router["num_retries"])
+            if "timeout" in router:
+                settings.setdefault("request_timeout", router["timeout"])
+            for name, value in dict(self.litellm_config.get("environment_variables") or {}).items():
+                os.environ[str(name)] = str(value)
+            self.litellm_module_settings = {k: v for k, v in settings.items() if k not in _SUPPORTED_LITELLM_SETTINGS}
+        ignored = sorted(set(self.litellm_config) - accepted)
+        if not with_litellm:
+            ignored += [f"litellm_settings.{key}" for key in sorted(set(settings) - _SUPPORTED_LITELLM_SETTINGS)]
         if ignored:
-            logger.warning("LLMProxy ignores these litellm_config entries (no LiteLLM behind it): %s", ignored)
+            behind = "LiteLLM runs only the provider calls" if with_litellm else "no LiteLLM behind it"
+            logger.warning("LLMProxy ignores these litellm_config entries (%s): %s", behind, ignored)
         return {k: v for k, v in settings.items() if k in _SUPPORTED_LITELLM_SETTINGS}
 
     # ---- store ----
@@ -247,6 +269,7 @@ class LLMProxy:
             self.callbacks,
             num_retries=self.num_retries,
             request_timeout=self.request_timeout,
+            litellm_settings=self.litellm_module_settings,
         )
         return self._runtime
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
@@ -55,6 +55,7 @@ class ProxyRuntime:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
         max_connections: int = 1024,
         retry_status_codes: Optional[Collection[int]] = None,
+        litellm_settings: Optional[Mapping[str, Any]] = None,
     ) -> None:
         if num_retries < 0:
             raise ValueError(f"num_retries must be >= 0, got {num_retries}")
@@ -67,6 +68,7 @@ class ProxyRuntime:
         self.max_connections = max_connections
         # Backend statuses worth another attempt (None: the proxy's default, `forward.RETRYABLE_STATUS_CODES`).
         self.retry_status_codes = frozenset(retry_status_codes) if retry_status_codes is not None else None
+        self.litellm_settings = dict(litellm_settings or {})
         self.client: Optional[aiohttp.ClientSession] = None
         self.exporter: Optional[LightningSpanExporter] = None
         self._background: set[asyncio.Future[Any]] = set()
@@ -85,6 +87,10 @@ class ProxyRuntime:
             trust_env=False,
         )
         self.exporter = LightningSpanExporter(self.store) if self.store is not None else None
+        if self.litellm_settings:
+            from .litellm_backend import apply_litellm_settings
+
+            apply_litellm_settings(self.litellm_settings)
 
     async def shutdown(self) -> None:
         if self._background:

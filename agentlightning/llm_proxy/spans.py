@@ -67,6 +67,9 @@ def _proxy_attributes(call: ProxyCall) -> Attributes:
         f"{PROXY_ATTRIBUTE_PREFIX}.stream_converted": call.convert_stream,
         f"{PROXY_ATTRIBUTE_PREFIX}.attempts": call.n_attempts,
     }
+    if call.translated:
+        # The client spoke the Responses / Messages API; the span records the chat completion it became.
+        attributes[f"{PROXY_ATTRIBUTE_PREFIX}.client_api"] = call.client_api
     if call.deployment is not None:
         attributes[f"{PROXY_ATTRIBUTE_PREFIX}.backend_model"] = call.deployment.backend_model
         attributes[f"{PROXY_ATTRIBUTE_PREFIX}.api_base"] = call.deployment.api_base

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from agentlightning.instrumentation.openai import ChatCompletionAccumulator
 
@@ -76,8 +76,9 @@ class SSEResponseRecorder:
     call's error.
     """
 
-    def __init__(self, kind: CallKind) -> None:
+    def __init__(self, kind: CallKind, on_chunk: Optional[Callable[[dict[str, Any]], None]] = None) -> None:
         self._accumulator: Any = ChatCompletionAccumulator() if kind == "chat" else CompletionAccumulator()
+        self._on_chunk = on_chunk
         self._buffer = b""
         self.done = False
         self.n_events = 0
@@ -120,6 +121,8 @@ class SSEResponseRecorder:
             self.error = json.dumps(chunk["error"]) if not isinstance(chunk["error"], str) else chunk["error"]
             return
         self._accumulator.add(chunk)
+        if self._on_chunk is not None:
+            self._on_chunk(chunk)  # type: ignore[arg-type]
 
     def to_response(self) -> dict[str, Any]:
         """The response as if the backend had not streamed."""

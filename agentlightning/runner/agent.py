@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.adapter.llm_call import DEFAULT_LLM_CALL_MATCH, looks_like_llm_call
 from agentlightning.emitter import emit_exception, emit_reward, find_final_reward
 from agentlightning.instrumentation.openai_clients import install_safe_client_finalizers
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
+    LLM,
     AttemptedRollout,
     NamedResources,
     Rollout,
@@ -235,6 +238,7 @@ class LitAgentRunner(Runner[T_task]):
             result, traced_reward = await self._trace_agent(agent, rollout, resources)
             spans = await self._post_process(rollout, result, traced_reward)
             self._log_completion(rollout, spans, started)
+            await self._check_llm_spans(rollout, resources, spans)
         except BaseException as exc:  # also cancellation: the attempt must not be left running
             error = exc
             if isinstance(exc, Exception):
@@ -254,6 +258,36 @@ class LitAgentRunner(Runner[T_task]):
             )
         if error is not None and (raise_on_error or not isinstance(error, Exception)):
             raise error
+
+    async def _check_llm_spans(self, rollout: AttemptedRollout, resources: NamedResources, spans: SpanList) -> None:
+        """Never a silent zero: a rollout given an LLM that records no LLM call is flagged in its metadata.
+
+        The tracer's spans are checked first; the store is asked only when they hold no LLM call (calls
+        through the LLM proxy are stored by the proxy, not traced here). Warns once per agent class.
+        """
+        llm_names = sorted(name for name, resource in resources.items() if isinstance(resource, LLM))
+        if not llm_names or any(isinstance(s, Span) and _is_llm_span(s) for s in spans):
+            return
+        store = self.get_store()
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        try:
+            # The proxy's spans (`openai.chat.completion` / `openai.completion`) are found with a one-row query;
+            # the full scan only runs when that finds nothing.
+            if len(await store.query_spans(rollout_id, attempt_id, name_contains="completion", limit=1)):
+                return
+            if any(_is_llm_span(span) for span in await store.query_spans(rollout_id, attempt_id)):
+                return
+            hint = ZERO_LLM_SPANS_HINT.format(resources=", ".join(repr(n) for n in llm_names))
+            agent_name = type(self.get_agent()).__qualname__
+            if agent_name not in _warned_zero_llm_agents:
+                _warned_zero_llm_agents.add(agent_name)
+                logger.warning("agent %s: rollout %s recorded zero LLM spans. %s", agent_name, rollout_id, hint)
+            current = await store.get_rollout_by_id(rollout_id)
+            metadata = dict((current or rollout).metadata or {})
+            metadata.update({"llm_spans": 0, "llm_spans_hint": hint})
+            await store.update_rollout(rollout_id, metadata=metadata)
+        except Exception:
+            logger.exception("could not check the LLM spans of rollout %s", rollout_id)
 
     async def _resolve_resources(self, rollout: Rollout) -> NamedResources:
         store = self.get_store()
@@ -475,6 +509,22 @@ class LitAgentRunner(Runner[T_task]):
                     await result
             except Exception:
                 logger.exception("hook %s.%s raised; the runner carries on.", type(hook).__name__, name)
+
+
+ZERO_LLM_SPANS_HINT = (
+    "It was given LLM resource(s) {resources} but no LLM call was captured. Call the model at the resource's "
+    "endpoint (ProxyLLM: llm.get_base_url(rollout.rollout_id, rollout.attempt.attempt_id)) or through a client "
+    "the tracer instruments (openai chat completions / Responses, anthropic, litellm); calls from a subprocess "
+    "or a raw HTTP client are not seen by the tracer."
+)
+"""Reason hint stored as `llm_spans_hint` in the metadata of a rollout with zero LLM spans."""
+
+_warned_zero_llm_agents: set[str] = set()
+_LLM_NAME = re.compile(DEFAULT_LLM_CALL_MATCH)
+
+
+def _is_llm_span(span: Span) -> bool:
+    return _LLM_NAME.search(span.name) is not None or looks_like_llm_call(span)
 
 
 def _is_span_of(span: Span, core: SpanCoreFields) -> bool:

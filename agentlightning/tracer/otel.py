@@ -221,10 +221,11 @@ class OtelTracer(Tracer):
 
     @staticmethod
     def _instrument_openai_client() -> None:
-        from agentlightning.instrumentation.openai import instrument_openai
+        """The OpenAI client (chat + Responses), and Anthropic / LiteLLM once imported."""
+        from agentlightning.instrumentation import instrument_llm_clients
         from agentlightning.instrumentation.openai_clients import install_safe_client_finalizers
 
-        instrument_openai()
+        instrument_llm_clients()
         install_safe_client_finalizers()
 
     # ---- tracing ----

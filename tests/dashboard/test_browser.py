@@ -305,6 +305,20 @@ def test_rollout_detail_shows_triplets_and_drop_report(page: Page, server: Store
     shot(page, "rollout-triplets")
 
 
+def test_rollout_page_shows_a_zero_llm_spans_notice(page: Page, server: StoreProcess, seeded: Seeded) -> None:
+    flagged = seeded.rollout_ids["succeeded"][-1]
+    current = server.api("GET", f"/rollouts/{flagged}").get("metadata") or {}
+    metadata = {**current, "llm_spans": 0, "llm_spans_hint": "It was given LLM resource(s) 'llm' but no LLM call"}
+    server.api("POST", f"/rollouts/{flagged}", json={"metadata": metadata})
+    try:
+        page.goto(f"{server.url}/#/rollouts/{flagged}")
+        notice = page.locator(".zero-llm-spans")
+        expect(notice).to_contain_text("Zero LLM spans")
+        expect(notice).to_contain_text("no LLM call")
+    finally:
+        server.api("POST", f"/rollouts/{flagged}", json={"metadata": current or None})
+
+
 # ---- resources, workers, training, settings ----
 
 

@@ -272,6 +272,31 @@ async def test_throughput_of_an_empty_store_has_no_buckets() -> None:
         await server.stop()
 
 
+async def test_a_rollout_without_llm_spans_is_flagged_in_its_triplet_report() -> None:
+    from agentlightning.emitter import emit_reward
+    from agentlightning.types import Span
+
+    store = InMemoryLightningStore()
+    attempted = await store.start_rollout(input="q", metadata={"llm_spans": 0, "llm_spans_hint": "no LLM call"})
+    reward = Span.from_core_fields(
+        emit_reward(1.0, propagate=False),
+        rollout_id=attempted.rollout_id,
+        attempt_id=attempted.attempt.attempt_id,
+        sequence_id=1,
+    )
+    await store.add_span(reward)
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.endpoint) as http:
+            result = await get_ok(http, f"/rollouts/{attempted.rollout_id}/triplets")
+            rollout = await get_ok(http, f"/rollouts/{attempted.rollout_id}")  # what the rollout page reads
+    finally:
+        await server.stop()
+    assert result["triplets"] == [] and result["report"]["drop_counts"] == {"no_llm_spans": 1}
+    assert rollout["metadata"]["llm_spans"] == 0
+
+
 def test_bucket_sizes_are_round() -> None:
     assert pick_bucket_seconds(30) == 1
     assert pick_bucket_seconds(600) == 10

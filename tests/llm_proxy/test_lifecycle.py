@@ -190,7 +190,10 @@ def test_launch_settings_are_validated_when_constructed():
         LLMProxy(num_retries=-1)
 
 
-def test_litellm_config_supplies_the_model_list_and_retries(caplog: pytest.LogCaptureFixture):
+def test_litellm_config_supplies_the_model_list_and_retries(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("agentlightning.llm_proxy.proxy.litellm_available", lambda: False)
     config = {
         "model_list": [{"model_name": "m", "litellm_params": {"model": "hosted_vllm/x", "api_base": "http://h:1"}}],
         "litellm_settings": {"num_retries": 3, "request_timeout": 30, "drop_params": True},

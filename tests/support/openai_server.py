@@ -10,6 +10,12 @@ word-level tokenizer over a chat template, so a later turn's prompt ids start wi
 prompt + response ids. `logprobs: true` adds deterministic logprobs. Streaming (SSE) honours
 `stream_options.include_usage`. Every request body and the (unstreamed-equivalent) reply are recorded.
 
+Two more routes serve the same replies in other wire formats: `/v1/responses` (OpenAI Responses API,
+plain and SSE-streamed; token ids as top-level `prompt_token_ids` / `token_ids` of the Response) and
+`/v1/messages` (Anthropic Messages API, plain and streamed; token ids on the Message and on the final
+`message_delta` event). Their requests are converted to chat messages (tokenized like the chat route)
+and the responder sees that chat-style request.
+
 Run standalone: `python -m tests.support.openai_server --port 8000` then point an OpenAI client at
 `http://127.0.0.1:8000/v1`.
 """
@@ -291,8 +297,256 @@ class _Completion:
         yield "data: [DONE]\n\n"
 
 
+# ---- Responses API and Anthropic Messages API formats ----
+
+
+async def _json_body(request: Request) -> Optional[dict[str, Any]]:
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None  # type: ignore[return-value]
+
+
+def _parts_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))  # type: ignore[union-attr]
+    return str(content or "")
+
+
+def _responses_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The test server's own reading of a Responses request as chat messages (independent of the library's)."""
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": str(body["instructions"])})
+    items = body["input"]
+    for item in [{"role": "user", "content": items}] if isinstance(items, str) else items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append({"role": item.get("role", "user"), "content": _parts_text(item.get("content"))})
+        elif kind == "function_call":
+            call = {"id": item.get("call_id"), "type": "function"}
+            call["function"] = {"name": item.get("name"), "arguments": item.get("arguments")}
+            if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+                messages[-1].setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": _parts_text(item.get("output"))}
+            )
+    chat = {k: body[k] for k in ("model", "return_token_ids", "stream", "temperature") if k in body}
+    tools = [{"type": "function", "function": {"name": t.get("name")}} for t in body.get("tools") or []]
+    return {**chat, "messages": messages, **({"tools": tools} if tools else {})}
+
+
+def _messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The test server's own reading of an Anthropic Messages request as chat messages."""
+    messages: list[dict[str, Any]] = []
+    if body.get("system"):
+        messages.append({"role": "system", "content": _parts_text(body["system"])})
+    for message in body["messages"]:
+        content = message.get("content")
+        if isinstance(content, str):
+            messages.append({"role": message.get("role"), "content": content})
+            continue
+        text, calls = "", []
+        for block in content or []:
+            if block.get("type") == "text":
+                text += str(block.get("text", ""))
+            elif block.get("type") == "tool_use":
+                arguments = json.dumps(block.get("input") or {})
+                calls.append(
+                    {
+                        "id": block.get("id"),
+                        "type": "function",
+                        "function": {"name": block.get("name"), "arguments": arguments},
+                    }
+                )
+            elif block.get("type") == "tool_result":
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": block.get("tool_use_id"),
+                        "content": _parts_text(block.get("content")),
+                    }
+                )
+        if text or calls:
+            messages.append(
+                {"role": message.get("role"), "content": text or None, **({"tool_calls": calls} if calls else {})}
+            )
+    chat = {k: body[k] for k in ("model", "return_token_ids", "stream", "temperature", "max_tokens") if k in body}
+    return {**chat, "messages": messages}
+
+
+def _sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+
+@dataclass
+class _Formatted:
+    """A reply in another wire format: the complete response and the stream events that build it."""
+
+    response: dict[str, Any]
+    stream: list[dict[str, Any]]
+
+    def events(self, before_chunk: Optional[Callable[[int], None]]) -> Iterator[str]:
+        for index, event in enumerate(self.stream):
+            if before_chunk is not None:
+                before_chunk(index)
+            yield _sse(event)
+
+
+def _as_responses(completion: _Completion, body: dict[str, Any]) -> _Formatted:
+    message = completion.message
+    output: list[dict[str, Any]] = []
+    text = message.get("content") or ""
+    if text or not message.get("tool_calls"):
+        part = {"type": "output_text", "text": text, "annotations": []}
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{completion.id[9:]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        )
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        item = {"type": "function_call", "id": f"fc_{call['id']}", "call_id": call["id"], "name": function["name"]}
+        output.append({**item, "arguments": function["arguments"], "status": "completed"})
+    usage = completion.usage()
+    response: dict[str, Any] = {
+        "id": f"resp_{completion.id[9:]}",
+        "object": "response",
+        "created_at": completion.created,
+        "status": "completed" if completion.finish_reason != "length" else "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"} if completion.finish_reason == "length" else None,
+        "error": None,
+        "model": completion.model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage["completion_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage["total_tokens"],
+        },
+    }
+    if completion.with_token_ids:
+        response["prompt_token_ids"] = list(completion.prompt_token_ids)
+        response["token_ids"] = list(completion.response_token_ids)
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    pending.pop("prompt_token_ids", None)
+    pending.pop("token_ids", None)
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+    ]
+    for index, item in enumerate(output):
+        events.append(
+            {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress"}}
+        )
+        where = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            part = item["content"][0]
+            events.append(
+                {"type": "response.content_part.added", **where, "content_index": 0, "part": {**part, "text": ""}}
+            )
+            for piece in completion.pieces[: completion.content_token_count]:
+                events.append({"type": "response.output_text.delta", **where, "content_index": 0, "delta": piece})
+            events.append({"type": "response.output_text.done", **where, "content_index": 0, "text": part["text"]})
+            events.append({"type": "response.content_part.done", **where, "content_index": 0, "part": part})
+        else:
+            arguments = item["arguments"]
+            for start in range(0, len(arguments), 8):
+                events.append(
+                    {"type": "response.function_call_arguments.delta", **where, "delta": arguments[start : start + 8]}
+                )
+            events.append({"type": "response.function_call_arguments.done", **where, "arguments": arguments})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+    return _Formatted(response, events)
+
+
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _as_messages(completion: _Completion, body: dict[str, Any]) -> _Formatted:
+    message = completion.message
+    content: list[dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        content.append(
+            {"type": "tool_use", "id": call["id"], "name": function["name"], "input": json.loads(function["arguments"])}
+        )
+    usage = completion.usage()
+    response: dict[str, Any] = {
+        "id": f"msg_{completion.id[9:]}",
+        "type": "message",
+        "role": "assistant",
+        "model": completion.model,
+        "content": content,
+        "stop_reason": _STOP_REASONS.get(completion.finish_reason, completion.finish_reason),
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]},
+    }
+    token_ids: dict[str, Any] = {}
+    if completion.with_token_ids:
+        token_ids = {
+            "prompt_token_ids": list(completion.prompt_token_ids),
+            "token_ids": list(completion.response_token_ids),
+        }
+        response.update(token_ids)
+    start = {
+        **response,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": 0},
+    }
+    for key in token_ids:
+        start.pop(key)
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    for index, block in enumerate(content):
+        if block["type"] == "text":
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+            )
+            for piece in completion.pieces[: completion.content_token_count]:
+                events.append(
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
+                )
+        else:
+            events.append({"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}})
+            arguments = json.dumps(block["input"])
+            for begin in range(0, len(arguments), 8):
+                delta = {"type": "input_json_delta", "partial_json": arguments[begin : begin + 8]}
+                events.append({"type": "content_block_delta", "index": index, "delta": delta})
+        events.append({"type": "content_block_stop", "index": index})
+    final_usage = {"output_tokens": usage["completion_tokens"]}
+    delta_event = {"type": "message_delta", "delta": {"stop_reason": response["stop_reason"], "stop_sequence": None}}
+    events.append({**delta_event, "usage": final_usage, **token_ids})
+    events.append({"type": "message_stop"})
+    return _Formatted(response, events)
+
+
+_FORMATS: dict[str, Callable[[_Completion, dict[str, Any]], _Formatted]] = {
+    "responses": _as_responses,
+    "messages": _as_messages,
+}
+
+
 class OpenAITestServer:
-    """OpenAI-compatible `/v1/chat/completions` and `/v1/models` on 127.0.0.1, run in a thread.
+    """OpenAI-compatible `/v1/chat/completions`, `/v1/responses`, `/v1/models` and Anthropic-style `/v1/messages`
+    on 127.0.0.1, run in a thread.
 
     Use as a context manager (`with OpenAITestServer() as server: OpenAI(base_url=server.base_url, ...)`)
     or via `start()` / `stop()`. `requests` and `responses` record every call in order.
@@ -363,7 +617,42 @@ class OpenAITestServer:
                 return StreamingResponse(events, media_type="text/event-stream")
             return completion.to_response()
 
+        @app.post("/v1/responses")
+        async def responses(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+            body = await _json_body(request)
+            if body is None or not isinstance(body.get("input"), (str, list)):
+                message = "'input' must be a string or a list of input items"
+                return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, 400)
+            return self._answer_other_format(body, _responses_as_chat(body), "responses")
+
+        @app.post("/v1/messages")
+        async def messages(request: Request) -> Any:  # pyright: ignore[reportUnusedFunction]
+            body = await _json_body(request)
+            max_tokens = None if body is None else body.get("max_tokens")
+            if body is None or not isinstance(body.get("messages"), list) or not isinstance(max_tokens, int):
+                message = "'messages' must be a list and 'max_tokens' an integer"
+                error = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+                return JSONResponse(error, 400)
+            return self._answer_other_format(body, _messages_as_chat(body), "messages")
+
         return app
+
+    def _answer_other_format(self, body: dict[str, Any], chat: dict[str, Any], route: str) -> Any:
+        with self._lock:
+            self.requests.append(body)
+        reply = _coerce_reply(self.respond(chat))
+        if isinstance(reply, ErrorReply):
+            if route == "messages":
+                error = {"type": "error", "error": {"type": "api_error", "message": reply.message}}
+                return JSONResponse(error, reply.status_code)
+            return JSONResponse({"error": {"message": reply.message, "type": "scripted"}}, reply.status_code)
+        completion = self._complete(chat, reply)
+        formatted = _FORMATS[route](completion, body)
+        with self._lock:
+            self.responses.append(formatted.response)
+        if body.get("stream"):
+            return StreamingResponse(formatted.events(self.before_chunk), media_type="text/event-stream")
+        return formatted.response
 
     def _complete(self, body: dict[str, Any], reply: Reply) -> _Completion:
         tool_calls = [

@@ -75,3 +75,23 @@ def test_errors_and_bad_requests() -> None:
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         response = httpx.post(f"{server.base_url}/chat/completions", json={"model": "m"})
         assert response.status_code == 400
+
+
+def test_responses_and_messages_routes_tokenize_like_the_chat_route() -> None:
+    anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")
+    with OpenAITestServer(always_return_token_ids=True) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="k")
+        response = client.responses.create(model="m", instructions="sys", input="hello")
+        message = anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key="k").messages.create(
+            model="m", max_tokens=5, system="sys", messages=[{"role": "user", "content": "hello"}]
+        )
+        chat_messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
+        assert response.output_text == "Echo: hello" and message.content[0].text == "Echo: hello"  # type: ignore[union-attr]
+        assert response.model_extra is not None and message.model_extra is not None
+        assert response.model_extra["prompt_token_ids"] == chat_prompt_token_ids(chat_messages)
+        assert message.model_extra["prompt_token_ids"] == chat_prompt_token_ids(chat_messages)
+        with httpx.Client() as http:
+            bad_responses = http.post(f"{server.base_url}/responses", json={"model": "m"})
+            bad_messages = http.post(f"{server.base_url}/messages", json={"model": "m", "messages": []})
+        assert bad_responses.status_code == 400 and bad_messages.status_code == 400
+        assert bad_messages.json()["type"] == "error"

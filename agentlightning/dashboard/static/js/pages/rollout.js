@@ -71,6 +71,9 @@ export function createPage(ctx) {
             h("details", {}, h("summary", {}, "Config"), jsonView(r.config)),
             r.metadata && Object.keys(r.metadata).length ? h("details", {}, h("summary", {}, "Metadata"), jsonView(r.metadata)) : null,
           ),
+          r.metadata && r.metadata.llm_spans === 0
+            ? h("div", { class: "notice zero-llm-spans" }, h("strong", {}, "Zero LLM spans: "), r.metadata.llm_spans_hint || "this rollout was given an LLM but no LLM call was captured.")
+            : null,
         ),
       ),
     );

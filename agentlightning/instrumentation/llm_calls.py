@@ -1,0 +1,301 @@
+"""One LLM API call as one span: the machinery every client instrumentation shares.
+
+A `CallFormat` says how one API (OpenAI chat completions or Responses, Anthropic Messages, LiteLLM) maps
+its request and final response to `gen_ai.*` attributes and how its stream is accumulated.
+`wrap_sync_call` / `wrap_async_call` turn a client method into one that opens the span, runs the call with
+inner instrumentations suppressed (so one call makes one span), and ends the span with the response, at
+once or when the returned stream ends. Instrumentation problems are logged, never raised into the agent.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+
+from agentlightning.types import Attributes
+from agentlightning.utils.otel import format_exception_attributes
+
+__all__ = [
+    "CallFormat",
+    "WRAPPED_MARK",
+    "as_dict",
+    "materialize_iterables",
+    "wrap_sync_call",
+    "wrap_async_call",
+]
+
+logger = logging.getLogger(__name__)
+
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # type: ignore[attr-defined]
+WRAPPED_MARK = "__agentlightning_wrapped__"
+"""Attribute of every wrapper made here, pointing at the function it wraps."""
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A JSON-like dict from a dict, a pydantic model (extras included) or any object with attributes."""
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return dict(obj)  # type: ignore[arg-type]
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            # `ParsedChatCompletion.parsed` holds the caller's model where the schema says None: no warning.
+            return dump(warnings=False)  # type: ignore[no-any-return]
+        except TypeError:
+            return dump()  # type: ignore[no-any-return]
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}
+
+
+def _tracer() -> trace_api.Tracer:
+    return trace_api.get_tracer("agentlightning.instrumentation.openai")  # the scope name spans always had
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How one API (chat completions, Responses, Anthropic Messages, LiteLLM) becomes an LLM span.
+
+    `request_attributes` / `response_attributes` turn the JSON request / final response into `gen_ai.*`
+    attributes; `accumulator()` makes an object with `add(event)` and `to_response()` that rebuilds the final
+    response of a stream; `is_response(obj)` recognises a complete (unstreamed) result.
+    """
+
+    span_name: str
+    request_attributes: Callable[[Mapping[str, Any]], Attributes]
+    response_attributes: Callable[[Mapping[str, Any]], Attributes]
+    accumulator: Callable[[], Any]
+    is_response: Callable[[Any], bool]
+    instrument_stream: Optional[Callable[[Any, Any], bool]] = None
+    """For clients whose streams are not OpenAI/Anthropic `Stream`s: instrument `(result, call)` in place and
+    return True, or return False when `result` is not a stream of that client."""
+
+
+class _LLMCall:
+    """The span of one LLM API call; ends exactly once."""
+
+    def __init__(self, request: Mapping[str, Any], call_format: CallFormat) -> None:
+        parent = trace_api.get_current_span()
+        self._lock = threading.Lock()
+        self._ended = False
+        self.format = call_format
+        # When another instrumentation (e.g. AgentOps) already opened the span for this same call, enrich
+        # it instead of opening a second one.
+        if parent.is_recording() and getattr(parent, "name", None) == call_format.span_name:
+            self.span, self.owned = parent, False
+        else:
+            span = _tracer().start_span(call_format.span_name, kind=trace_api.SpanKind.CLIENT)
+            self.span, self.owned = span, True
+        if self.span.is_recording():
+            self.span.set_attributes(call_format.request_attributes(request))
+
+    def finish(self, response: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        try:
+            if self.span.is_recording():
+                if response is not None:
+                    self.span.set_attributes(self.format.response_attributes(response))
+                if error is not None:
+                    self.span.set_attributes(format_exception_attributes(error))
+                    self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        except Exception:
+            logger.exception("could not record response attributes on span %s", self.format.span_name)
+        finally:
+            if self.owned:
+                self.span.end()
+
+
+def materialize_iterables(kwargs: dict[str, Any]) -> None:
+    """The client accepts any iterable of messages/tools; read one-shot iterators once, for us and the call."""
+    for key in ("messages", "tools", "functions", "input", "system"):
+        value = kwargs.get(key)
+        if value is not None and not isinstance(value, (list, tuple, Mapping, str)) and hasattr(value, "__iter__"):
+            kwargs[key] = list(value)
+
+
+def _start_call(kwargs: dict[str, Any], call_format: CallFormat) -> Optional[_LLMCall]:
+    """Open the span of a call; instrumentation problems are logged, never raised into the agent."""
+    try:
+        materialize_iterables(kwargs)
+        return _LLMCall(_request_from_kwargs(kwargs), call_format)
+    except Exception:
+        logger.exception("could not start the %s span; the call proceeds untraced", call_format.span_name)
+        return None
+
+
+def _finish_call(result: Any, call: _LLMCall) -> None:
+    try:
+        _handle_result(result, call)
+    except Exception:
+        logger.exception("could not record the result of an LLM call on its %s span", call.format.span_name)
+        call.finish()
+
+
+def _request_from_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    request = {k: v for k, v in kwargs.items() if not k.startswith("extra_") and k != "timeout"}
+    extra_body = kwargs.get("extra_body")
+    if isinstance(extra_body, Mapping):
+        request.update(extra_body)  # type: ignore[arg-type]
+    return {k: v for k, v in request.items() if _is_given(v)}
+
+
+def _is_given(value: Any) -> bool:
+    return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
+
+
+def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
+    """Wrap a `Stream` in place (its type stays `openai.Stream`) so the span ends with the stream."""
+    accumulator = call.format.accumulator()
+    original_iterator = stream._iterator
+    original_close = stream.close
+
+    def iterate() -> Any:
+        error: Optional[BaseException] = None
+        try:
+            for chunk in original_iterator:
+                accumulator.add(chunk)
+                yield chunk
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            call.finish(accumulator.to_response(), error)
+
+    def close() -> None:
+        try:
+            original_close()
+        finally:
+            call.finish(accumulator.to_response())
+
+    stream._iterator = iterate()
+    stream.close = close
+
+
+def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
+    accumulator = call.format.accumulator()
+    original_iterator = stream._iterator
+    original_close = stream.close
+
+    async def iterate() -> Any:
+        error: Optional[BaseException] = None
+        try:
+            async for chunk in original_iterator:
+                accumulator.add(chunk)
+                yield chunk
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            call.finish(accumulator.to_response(), error)
+
+    async def close() -> None:
+        try:
+            await original_close()
+        finally:
+            call.finish(accumulator.to_response())
+
+    stream._iterator = iterate()
+    stream.close = close
+
+
+def _handle_result(result: Any, call: _LLMCall) -> None:
+    """Attach the call's span to whatever `create` returned: a completion, a stream, or a raw response."""
+    target = result
+    parse = getattr(result, "parse", None)
+    if type(result).__name__ == "LegacyAPIResponse" and callable(parse):
+        target = parse()  # cached by the response, so the caller's own parse() returns the same object
+    # OpenAI's and Anthropic's `Stream` / `AsyncStream` (same generator) read events from `_iterator`.
+    iterator = getattr(target, "_iterator", None)
+    if call.format.instrument_stream is not None and call.format.instrument_stream(target, call):
+        return
+    if inspect.isgenerator(iterator) and callable(getattr(target, "close", None)):
+        _instrument_sync_stream(target, call)
+    elif inspect.isasyncgen(iterator) and callable(getattr(target, "close", None)):
+        _instrument_async_stream(target, call)
+    elif call.format.is_response(target):
+        call.finish(as_dict(target))
+    else:
+        # e.g. `with_streaming_response`, whose body is read later by the caller: request attributes only.
+        call.finish()
+
+
+def _suppressed() -> bool:
+    return bool(otel_context.get_value(_SUPPRESS_KEY))
+
+
+def _call_suppressed(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the wrapped `create` with inner instrumentations suppressed, so one call makes one span."""
+    token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+    try:
+        return func(*args, **kwargs)
+    finally:
+        otel_context.detach(token)
+
+
+def _use_span(span: trace_api.Span) -> Any:
+    return trace_api.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+
+
+def wrap_sync_call(
+    original: Callable[..., Any], call_format: CallFormat, enabled: Callable[[], bool]
+) -> Callable[..., Any]:
+    """A wrapper of a sync client method that records each call as one `call_format` span."""
+
+    @functools.wraps(original)
+    def create(*args: Any, **kwargs: Any) -> Any:
+        if not enabled() or _suppressed():
+            return original(*args, **kwargs)
+        call = _start_call(kwargs, call_format)
+        if call is None:
+            return original(*args, **kwargs)
+        try:
+            with _use_span(call.span):
+                result = _call_suppressed(original, *args, **kwargs)
+        except Exception as exc:
+            call.finish(error=exc)
+            raise
+        _finish_call(result, call)
+        return result
+
+    setattr(create, WRAPPED_MARK, original)
+    return create
+
+
+def wrap_async_call(
+    original: Callable[..., Any], call_format: CallFormat, enabled: Callable[[], bool]
+) -> Callable[..., Any]:
+    """A wrapper of an async client method that records each call as one `call_format` span."""
+
+    @functools.wraps(original)
+    async def create(*args: Any, **kwargs: Any) -> Any:
+        if not enabled() or _suppressed():
+            return await original(*args, **kwargs)
+        call = _start_call(kwargs, call_format)
+        if call is None:
+            return await original(*args, **kwargs)
+        try:
+            with _use_span(call.span):
+                token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+                try:
+                    result = await original(*args, **kwargs)
+                finally:
+                    otel_context.detach(token)
+        except Exception as exc:
+            call.finish(error=exc)
+            raise
+        _finish_call(result, call)
+        return result
+
+    setattr(create, WRAPPED_MARK, original)
+    return create
