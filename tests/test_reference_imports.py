@@ -61,13 +61,9 @@ REFERENCE_MODULES: list[tuple[str, tuple[str, ...]]] = [
     ("agentlightning.utils.otlp", ()),
     ("agentlightning.utils.server_launcher", ("PythonServerLauncher", "PythonServerLauncherArgs")),
     ("agentlightning.utils.system_snapshot", ()),
+    ("agentlightning.instrumentation.litellm", ()),
 ]
 
-# Enabled by the lead at merge time, once the helpers that own them have landed: add these two entries to
-# REFERENCE_MODULES above (they are deliberately NOT in the parametrization yet, not skipped).
-#   ("agentlightning.verl", ())                          -> owned by helper `scale`
-#   ("agentlightning.instrumentation.litellm", ())       -> owned by helper `capture`
-#
 # Documented in the seeds but intentionally not provided (see docs/differences-from-v0.3.md):
 #   agentlightning.store.mongo            - PostgreSQL is the multi-host backend here (`agl store` says so)
 #   agentlightning.cli.agentops_server    - a broken entry point in the reference itself
