@@ -6,7 +6,7 @@ EXTRAS ?= dev,postgres,train
 # torch is pinned to the CPU wheel available locally; an unpinned torch pulls multi-GB CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv browser test check lint format bench demo clean
+.PHONY: venv browser test check lint format bench demo docs clean
 
 # Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
 $(BIN)/activate: pyproject.toml
@@ -38,6 +38,11 @@ test: venv browser
 	$(BIN)/pyright
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# The documentation site, built offline into site/; --strict fails on broken links and docstring problems.
+# `make test` covers it too: tests/docs builds the site strictly and runs every Python code block.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 check: venv
 	$(BIN)/ruff check agentlightning tests benchmarks examples
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples
@@ -55,4 +60,4 @@ demo: venv
 	$(PY) examples/grpo_calculator/train_calculator.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -58,7 +58,8 @@ class EchoServer:
 
     Args:
         model_name: the id reported by `/v1/models` and in responses (requests may name any model).
-        host/port: where to bind; port None or 0 picks a free port.
+        host: the interface to bind.
+        port: the port; None or 0 picks a free one.
         reply: a fixed reply for every request instead of the echo.
     """
 
