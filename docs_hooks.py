@@ -10,6 +10,7 @@ Nothing is fetched from the network.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 from typing import Any
@@ -40,7 +41,11 @@ def cli_reference() -> str:
         for name, (module_name, description) in SUBCOMMANDS.items():
             module = importlib.import_module(module_name)
             build_parser = getattr(module, "build_parser", None)
-            text = build_parser().format_help() if callable(build_parser) else str(getattr(module, "USAGE", ""))
+            if callable(build_parser):
+                parser: argparse.ArgumentParser = build_parser()
+                text = parser.format_help()
+            else:
+                text = str(getattr(module, "USAGE", ""))
             parts += [f"## agl {name}", "", description, "", "```text", text.rstrip(), "```", ""]
     finally:
         if previous is None:
@@ -71,8 +76,9 @@ def rest_reference() -> str:
     """Markdown tables of the store server's routes, grouped by resource, from its OpenAPI document."""
     from agentlightning.store import InMemoryLightningStore, LightningStoreServer
 
-    server = LightningStoreServer(InMemoryLightningStore(), port=0)
-    spec = server.app.openapi()
+    app = LightningStoreServer(InMemoryLightningStore(), port=0).app
+    assert app is not None
+    spec = app.openapi()
     groups: dict[str, list[str]] = {}
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
