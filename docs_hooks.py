@@ -42,7 +42,8 @@ def cli_reference() -> str:
             module = importlib.import_module(module_name)
             build_parser = getattr(module, "build_parser", None)
             if callable(build_parser):
-                parser: argparse.ArgumentParser = build_parser()
+                parser = build_parser()
+                assert isinstance(parser, argparse.ArgumentParser)
                 text = parser.format_help()
             else:
                 text = str(getattr(module, "USAGE", ""))
