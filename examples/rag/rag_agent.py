@@ -70,7 +70,7 @@ class Retriever:
             return []
         k = min(k, len(self.passages))
         indices, scores = self.index.retrieve(tokens, k=k, show_progress=False)
-        return [self.passages[int(i)] for i, s in zip(indices[0], scores[0]) if s > 0]
+        return [self.passages[int(i)] for i, s in zip(indices[0], scores[0], strict=True) if s > 0]
 
 
 def normalize_answer(text: str) -> List[str]:
@@ -124,7 +124,11 @@ def answer_question(
                 "role": "assistant",
                 "content": message.content or "",
                 "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}  # type: ignore[union-attr]
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }  # type: ignore[union-attr]
                     for c in calls
                 ],
             }
@@ -132,7 +136,7 @@ def answer_question(
         for call in calls:
             query = _query_of(call.function.arguments) if call.function.name == "search" else None  # type: ignore[union-attr]
             if query is None:
-                result = "error: call search with a JSON object {\"query\": \"...\"}"
+                result = 'error: call search with a JSON object {"query": "..."}'
             else:
                 searches.append(query)
                 found = retriever.search(query)

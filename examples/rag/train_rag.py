@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rag_agent import DATA, RagAgent, Retriever, load_jsonl  # noqa: E402
@@ -77,7 +77,9 @@ def print_rollouts(trainer: agl.Trainer, store: agl.LightningStore) -> None:
             reward = agl.find_final_reward(spans)
             details = next((agl.get_object_value(s) for s in spans if s.name == "agentlightning.object"), {}) or {}
             question = rollout.input["question"] if isinstance(rollout.input, dict) else rollout.input
-            print(f"  [{rollout.mode}] {question} searches={details.get('searches')} answer={str(details.get('answer', ''))[:60]!r} F1={reward if reward is None else round(reward, 3)}")
+            print(
+                f"  [{rollout.mode}] {question} searches={details.get('searches')} answer={str(details.get('answer', ''))[:60]!r} F1={reward if reward is None else round(reward, 3)}"
+            )
 
     asyncio.run(show())
 
@@ -139,7 +141,9 @@ def main() -> None:
             if "reward_mean" in record:
                 print(f"  step {record.get('step')}: train reward {record['reward_mean']:.3f}")
         if vals:
-            print(f"val answer F1 before -> after: {vals[0]:.3f} -> {vals[-1]:.3f} ({time.perf_counter() - started:.1f} s)")
+            print(
+                f"val answer F1 before -> after: {vals[0]:.3f} -> {vals[-1]:.3f} ({time.perf_counter() - started:.1f} s)"
+            )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -51,7 +51,7 @@ def load_questions(path: Path = DATA / "questions.jsonl") -> List[Dict[str, Any]
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def database_script(db: str) -> str:
     path = DATA / "databases" / f"{db}.sql"
     if not path.is_file():

@@ -104,18 +104,28 @@ def main() -> None:
     val = [q for q in questions if q["split"] == "val"][: 4 if args.quick else None]
     agent = SqlAgent(max_rewrites=args.max_rewrites)
     store = agl.InMemoryLightningStore(thread_safe=True)
-    strategy = {"type": "shm", "n_runners": 1, "main_thread": "algorithm", "graceful_delay": 0.5} if args.quick else None
+    strategy = (
+        {"type": "shm", "n_runners": 1, "main_thread": "algorithm", "graceful_delay": 0.5} if args.quick else None
+    )
     started = time.perf_counter()
     with endpoint(args, questions) as base_url:
         api_key = os.environ.get("OPENAI_API_KEY") or "EMPTY"
         llm = agl.LLM(
-            endpoint=base_url or "", model=args.model, api_key=api_key, sampling_parameters={"temperature": 0.0, "max_tokens": 128}
+            endpoint=base_url or "",
+            model=args.model,
+            api_key=api_key,
+            sampling_parameters={"temperature": 0.0, "max_tokens": 128},
         )
         if args.algorithm == "grpo":
             from agentlightning.algorithm.grpo import GRPO
 
             algorithm: agl.Algorithm = GRPO(
-                model=args.model, total_steps=args.steps, batch_size=4, group_size=4, max_new_tokens=128, learning_rate=2e-5
+                model=args.model,
+                total_steps=args.steps,
+                batch_size=4,
+                group_size=4,
+                max_new_tokens=128,
+                learning_rate=2e-5,
             )
             trainer = agl.Trainer(
                 algorithm=algorithm, n_runners=args.n_runners, store=store, initial_resources={"prompt": SEED_PROMPT}
