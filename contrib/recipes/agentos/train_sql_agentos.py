@@ -31,8 +31,8 @@ from typing import Any, Dict, List
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "examples" / "spider"))
 import sql_agent  # noqa: E402
-from sql_agent import SEED_PROMPT, execution_match, extract_sql, load_questions, schema_text  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
+from sql_agent import SEED_PROMPT, execution_match, extract_sql, load_questions, schema_text  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
 from agentlightning.contrib.agentos import count_violations, current_gate, require_agent_os, sql_deny_policy  # noqa: E402
@@ -77,7 +77,10 @@ class GovernedSqlAgent(agl.LitAgent[Dict[str, Any]]):
                 outcome = "no SQL query found in your reply"
             if turn == self.max_rewrites:
                 break
-            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": sql_agent.CHECK_PROMPT.format(outcome=outcome)}]
+            messages += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": sql_agent.CHECK_PROMPT.format(outcome=outcome)},
+            ]
         agl.emit_object({"queries": queries, "final": final, "violations": len(gate.violations)})
         return self.reward(execution_match(task["db"], final, task["sql"]))
 
@@ -115,7 +118,9 @@ async def violations_by_mode(store: agl.LightningStore) -> Dict[str, List[int]]:
         spans = await store.query_spans(rollout.rollout_id)
         counts.setdefault(str(rollout.mode), []).append(count_violations(spans))
         details = next((agl.get_object_value(s) for s in spans if s.name == "agentlightning.object"), {}) or {}
-        print(f"  [{rollout.mode}] {details.get('queries')} violations={count_violations(spans)} reward={agl.find_final_reward(spans)}")
+        print(
+            f"  [{rollout.mode}] {details.get('queries')} violations={count_violations(spans)} reward={agl.find_final_reward(spans)}"
+        )
     return counts
 
 
@@ -150,7 +155,9 @@ def main() -> None:
 
         with OpenAITestServer(scripted_model(val)) as server:
             base_url = args.base_url or server.base_url
-            llm = agl.LLM(endpoint=base_url, model=args.model, sampling_parameters={"temperature": 0.0, "max_tokens": 128})
+            llm = agl.LLM(
+                endpoint=base_url, model=args.model, sampling_parameters={"temperature": 0.0, "max_tokens": 128}
+            )
             trainer = agl.Trainer(
                 algorithm=agl.Baseline(polling_interval=0.5),
                 strategy={"type": "shm", "n_runners": 1, "main_thread": "algorithm", "graceful_delay": 0.5},
