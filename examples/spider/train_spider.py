@@ -96,12 +96,13 @@ def main() -> None:
     parser.add_argument("--n-runners", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps")
     parser.add_argument("--max-rewrites", type=int, default=2, help="check/rewrite turns after the first query")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N validation questions")
     args = parser.parse_args()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 
     questions = load_questions()
     train = [q for q in questions if q["split"] == "train"][: 4 if args.quick else None]
-    val = [q for q in questions if q["split"] == "val"][: 4 if args.quick else None]
+    val = [q for q in questions if q["split"] == "val"][: 4 if args.quick else args.limit]
     agent = SqlAgent(max_rewrites=args.max_rewrites)
     store = agl.InMemoryLightningStore(thread_safe=True)
     strategy = (
