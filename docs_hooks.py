@@ -21,6 +21,8 @@ EXTRA_PAGE_SECTIONS = {
     "llm-proxy.md": "Guides",
     "scaling.md": "Guides",
     "multi-node.md": "Guides",
+    "store-http.md": "Guides",
+    "store-guarantees.md": "Guides",
     "differences-from-v0.3.md": "Reference",
 }
 """Pages expected from parallel work, and the nav section each belongs in."""

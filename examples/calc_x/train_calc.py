@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps")
     parser.add_argument("--batch-size", type=int, default=4, help="GRPO tasks per step")
     parser.add_argument("--group-size", type=int, default=4, help="GRPO rollouts per task")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N validation problems")
     return parser
 
 
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace, model: Any = None, tokenizer: Any = None) -> D
     train, val = load_problems("train"), load_problems("val")
     if args.quick:
         train, val = train[:4], val[: 2 if args.algorithm == "grpo" else 4]
+    elif args.limit is not None:
+        val = val[: args.limit]
     store = agl.InMemoryLightningStore(thread_safe=True)
     started = time.perf_counter()
     result: Dict[str, Any] = {}

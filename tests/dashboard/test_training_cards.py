@@ -59,6 +59,14 @@ def test_a_worker_silent_for_a_minute_is_offline() -> None:
     assert not is_offline(Worker(worker_id="w"), now)  # never heard from: stays "unknown"
 
 
+def _server_with_dashboard(store: InMemoryLightningStore) -> LightningStoreServer:
+    try:
+        from agentlightning.dashboard import dashboard_router  # type: ignore[attr-defined]
+    except ImportError:  # servers that mount the dashboard themselves
+        return LightningStoreServer(store, port=0)
+    return LightningStoreServer(store, port=0, routers=[dashboard_router()])  # type: ignore[call-arg]
+
+
 async def _overview(started: float) -> dict[str, object]:
     clock = ManualClock(started)
     store = InMemoryLightningStore(clock=clock, scan_debounce_seconds=0)
@@ -66,7 +74,7 @@ async def _overview(started: float) -> dict[str, object]:
     done = await store.start_rollout(input=2, worker_id="runner-1")
     await store.update_attempt(done.rollout_id, done.attempt.attempt_id, status="succeeded")
     assert busy.attempt.worker_id == "runner-0"
-    server = LightningStoreServer(store, port=0)
+    server = _server_with_dashboard(store)
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=server.endpoint, timeout=30) as http:
