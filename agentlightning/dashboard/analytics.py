@@ -24,6 +24,8 @@ __all__ = [
     "MAX_SERIES_POINTS",
     "RewardPoint",
     "RewardSeries",
+    "ValidationRound",
+    "validation_rounds",
     "ThroughputBucket",
     "Throughput",
     "finished_rollouts",
@@ -49,11 +51,57 @@ class RewardPoint(BaseModel):
     final_reward: Optional[float]
 
 
+class ValidationRound(BaseModel):
+    """Val rollouts that finished together: no train rollout finished between them, same resources."""
+
+    resources_id: Optional[str]
+    first_end_time: float
+    last_end_time: float
+    count: int
+    rewarded: int
+    mean_reward: Optional[float]
+
+
 class RewardSeries(BaseModel):
     """Finished rollouts in the order they finished (oldest first); `total` counts all finished matches."""
 
     items: list[RewardPoint]
     total: int
+    val_rounds: list[ValidationRound] = []
+    """Validation rounds among `items`, oldest first: compare the first and the last, never pool them."""
+
+
+def validation_rounds(points: Sequence[RewardPoint]) -> list[ValidationRound]:
+    """Split val points (in finishing order) into rounds: a finished train rollout or new resources starts one.
+
+    Algorithms validate before training, between steps and at the end; a mean over all val rollouts would
+    blend the "before" score into the "after" one.
+    """
+    rounds: list[list[RewardPoint]] = []
+    current: Optional[list[RewardPoint]] = None
+    for point in points:
+        if point.mode == "train":
+            current = None
+        if point.mode != "val":
+            continue
+        if current is None or current[0].resources_id != point.resources_id:
+            current = []
+            rounds.append(current)
+        current.append(point)
+    result: list[ValidationRound] = []
+    for members in rounds:
+        rewards = [p.final_reward for p in members if p.final_reward is not None]
+        result.append(
+            ValidationRound(
+                resources_id=members[0].resources_id,
+                first_end_time=members[0].end_time,
+                last_end_time=members[-1].end_time,
+                count=len(members),
+                rewarded=len(rewards),
+                mean_reward=sum(rewards) / len(rewards) if rewards else None,
+            )
+        )
+    return result
 
 
 class ThroughputBucket(BaseModel):
@@ -131,7 +179,7 @@ async def reward_series(
         )
         for r, value in zip(rollouts, values, strict=True)
     ]
-    return RewardSeries(items=points, total=total)
+    return RewardSeries(items=points, total=total, val_rounds=validation_rounds(points))
 
 
 def pick_bucket_seconds(span_seconds: float, max_buckets: int = 60) -> float:

@@ -5,7 +5,7 @@ Endpoints (prefix `/v1/agl`, behind the server's bearer token like the rest of t
 | Method | Path | Returns |
 |---|---|---|
 | GET | /dashboard/info | `{status, server_time, version, store}`; the pages' connection check and clock |
-| GET | /dashboard/overview | rollouts and workers counted by status, store statistics |
+| GET | /dashboard/overview | rollouts and workers counted by status (and live/offline), store statistics |
 | GET | /dashboard/rollouts | a page of rollout rows with attempts, duration and final reward |
 | GET | /rollouts/{rollout_id}/triplets | triplets + drop report of an attempt (`attempt_id`, default latest) |
 | GET | /analytics/rewards | final reward of the most recently finished rollouts, oldest first |
@@ -37,6 +37,7 @@ from .finished import FinishedRollouts
 from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
 from .triplets import NoSuchAttempt, attempt_triplets
+from .workers import split_offline
 
 __all__ = [
     "API_PREFIX",
@@ -99,6 +100,7 @@ def build_dashboard_router() -> APIRouter:
         workers: dict[str, int] = {}
         for status in WORKER_STATUSES:
             workers[status] = (await store.query_workers(status_in=[status], limit=1)).total  # type: ignore[list-item]
+        live, offline = split_offline(await store.query_workers(status_in=["busy", "idle"]), time.time())
         try:
             statistics: Optional[dict[str, Any]] = dict(await store.statistics())
         except NotImplementedError:
@@ -108,6 +110,8 @@ def build_dashboard_router() -> APIRouter:
                 "server_time": time.time(),
                 "rollouts_by_status": await status_counts(store),
                 "workers_by_status": workers,
+                "live_workers_by_status": live,
+                "workers_offline": offline,
                 "statistics": statistics,
             }
         )

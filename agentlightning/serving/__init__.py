@@ -9,14 +9,16 @@ import importlib
 from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
+    from .echo import EchoServer
     from .engine import PolicyEngine
     from .models import load_causal_lm, load_smollm2
     from .sampling import SamplingParams
     from .server import PolicyServer
 
-__all__ = ["PolicyServer", "PolicyEngine", "SamplingParams", "load_causal_lm", "load_smollm2"]
+__all__ = ["EchoServer", "PolicyServer", "PolicyEngine", "SamplingParams", "load_causal_lm", "load_smollm2"]
 
 _LAZY: Dict[str, str] = {
+    "EchoServer": "echo",
     "PolicyServer": "server",
     "PolicyEngine": "engine",
     "SamplingParams": "sampling",

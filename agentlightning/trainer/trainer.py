@@ -9,6 +9,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
@@ -26,6 +27,7 @@ from agentlightning.types import Dataset, NamedResources
 from .init_utils import build_component
 from .legacy import TrainerLegacy
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
+from .summary import FitSummary, describe_store, summarize_run
 
 if TYPE_CHECKING:
     from agentlightning.adapter import TraceAdapter
@@ -81,6 +83,8 @@ class Trainer(TrainerLegacy):
         dev, n_workers, max_tasks, triplet_exporter: deprecated aliases (`.dev()`, `n_runners`,
             `max_rollouts`, `adapter`).
         daemon: passed to the default AgentOps tracer.
+        summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, mean reward per
+            mode, where the store is); it is also kept on `last_summary`.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Trainer(TrainerLegacy):
         daemon: bool = True,
         triplet_exporter: ComponentSpec = None,
         hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
+        summary: bool = True,
     ) -> None:
         if dev:
             _deprecated("dev", "trainer.dev(agent, ...)")
@@ -132,6 +137,9 @@ class Trainer(TrainerLegacy):
         self.initial_resources = initial_resources
         self.daemon = daemon
         self.port = port
+        self.summary = summary
+        self.last_summary: Optional[FitSummary] = None
+        """What the last `fit`/`dev` did (None until one ends, and in a runner-only process)."""
 
         self.tracer: Tracer = self._make_tracer(tracer)
         self.adapter: TraceAdapter[Any] = self._make_adapter(adapter)
@@ -336,14 +344,25 @@ class Trainer(TrainerLegacy):
         val_dataset: Optional[Dataset[Any]],
     ) -> None:
         agent.set_trainer(self)
+        started_at = time.time()
+        self.last_summary = None
 
         async def algorithm_bundle(store: LightningStore, event: ExecutionEvent) -> None:
             await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)
+            if algorithm is not None:
+                try:
+                    self.last_summary = await summarize_run(
+                        store, started_at=started_at, store_description=describe_store(self.store)
+                    )
+                except Exception:  # the summary is a courtesy; it must never fail a finished run
+                    logger.warning("Could not summarize the run", exc_info=True)
 
         async def runner_bundle(store: LightningStore, worker_id: int, event: ExecutionEvent) -> None:
             await self._run_runner(agent, store, worker_id, event)
 
         self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+        if self.summary and self.last_summary is not None:
+            print(self.last_summary.render(), flush=True)
 
     async def _run_algorithm(
         self,

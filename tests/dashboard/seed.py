@@ -353,6 +353,10 @@ async def seed_store(
     seeded.add("running", running.rollout_id, "train")
 
     # Heartbeats: runner-0 busy, runner-1 idle (its last attempt ended), runner-2 silent for 15 minutes.
+    # With a clock that ends about now, the last heartbeats land on the real now: the dashboard shows
+    # workers silent for over a minute as offline, and these two must read as live.
+    if abs(clock.now - time.time()) < 3600:
+        clock.now = max(clock.now, time.time() - 902)
     await store.update_worker("runner-2", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-2", 3.0, 21.0))
     clock.advance(900)
     await store.update_worker("runner-1", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-1", 12.5, 48.0))

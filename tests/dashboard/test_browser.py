@@ -370,6 +370,8 @@ def test_training_page_plots_rewards_and_throughput(page: Page, server: StorePro
     finished = sum(len(seeded.rollout_ids.get(s, [])) for s in ("succeeded", "failed", "cancelled"))
     expect(page.locator('[data-stat="finished"] .stat-value')).to_have_text(str(finished))
     expect(page.locator('[data-stat="workers"] .stat-value')).to_have_text("1 busy")
+    # The seed validates after each half of training: the card shows the latest round, not a pooled mean.
+    expect(page.locator('[data-stat="val"]')).to_contain_text("latest of 2 validations")
     chart = page.locator("#reward-chart svg")
     train_points = sum(1 for rid, r in seeded.rewards.items() if seeded.modes[rid] == "train")
     val_points = sum(1 for rid, r in seeded.rewards.items() if seeded.modes[rid] == "val")

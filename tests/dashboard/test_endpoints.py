@@ -272,7 +272,7 @@ async def test_throughput_of_an_empty_store_has_no_buckets() -> None:
     try:
         async with httpx.AsyncClient(base_url=server.endpoint) as http:
             assert (await get_ok(http, "/analytics/throughput"))["buckets"] == []
-            assert (await get_ok(http, "/analytics/rewards")) == {"items": [], "total": 0}
+            assert (await get_ok(http, "/analytics/rewards")) == {"items": [], "total": 0, "val_rounds": []}
             assert (await get_ok(http, "/dashboard/rollouts"))["items"] == []
     finally:
         await server.stop()

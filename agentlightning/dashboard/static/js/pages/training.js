@@ -62,8 +62,18 @@ export function createPage(ctx) {
     const recent = data.throughput.buckets.slice(-10);
     const recentCount = recent.reduce((sum, b) => sum + b.succeeded + b.failed + b.cancelled, 0);
     const perMinute = recent.length ? (recentCount / (recent.length * data.throughput.bucket_seconds)) * 60 : null;
-    const workers = data.overview.workers_by_status;
-    const view = { counts, train: mean(train.slice(-50)), val: mean(val.slice(-50)), perMinute, workers, nTrain: train.length, nVal: val.length };
+    // Workers that stopped sending heartbeats (e.g. after the run ended) count as offline, not idle.
+    const live = data.overview.live_workers_by_status || data.overview.workers_by_status;
+    const workers = { busy: live.busy, idle: live.idle, offline: data.overview.workers_offline || 0, unknown: data.overview.workers_by_status.unknown };
+    // Validation rounds are compared, never pooled: the card shows the latest round and the first for reference.
+    const rounds = (data.rewards.val_rounds || []).filter((r) => r.mean_reward !== null);
+    const latest = rounds.length ? rounds[rounds.length - 1] : null;
+    const valHint = !latest
+      ? "no val rewards"
+      : rounds.length > 1
+        ? `latest of ${rounds.length} validations (${latest.rewarded} rollouts) \u00B7 first ${fmt.reward(rounds[0].mean_reward)}`
+        : `one validation (${latest.rewarded} rollouts)`;
+    const view = { counts, train: mean(train.slice(-50)), val: latest ? latest.mean_reward : null, valHint, perMinute, workers, nTrain: train.length, nVal: val.length };
     renderIfChanged(statsHolder, view, () =>
       h(
         "div",
@@ -71,9 +81,9 @@ export function createPage(ctx) {
         stat("Finished rollouts", fmt.number(finished), finished ? `${fmt.number((counts.succeeded / finished) * 100, 0)}% succeeded \u00B7 ${counts.failed} failed` : "none yet", { dataset: { stat: "finished" } }),
         stat("In flight", fmt.number(counts.running + counts.preparing), `${fmt.number(counts.queuing + counts.requeuing)} queued`, { dataset: { stat: "inflight" } }),
         stat("Train reward", view.train === null ? "\u2014" : fmt.reward(view.train), view.nTrain ? `mean of last ${Math.min(50, view.nTrain)} of ${view.nTrain}` : "no train rewards", { dataset: { stat: "train" } }),
-        stat("Val reward", view.val === null ? "\u2014" : fmt.reward(view.val), view.nVal ? `mean of last ${Math.min(50, view.nVal)} of ${view.nVal}` : "no val rewards", { dataset: { stat: "val" } }),
+        stat("Val reward", view.val === null ? "\u2014" : fmt.reward(view.val), view.valHint, { dataset: { stat: "val" } }),
         stat("Throughput", perMinute === null ? "\u2014" : `${fmt.number(perMinute, 1)}/min`, "recently finished", { dataset: { stat: "throughput" } }),
-        stat("Workers", `${workers.busy} busy`, `${workers.idle} idle \u00B7 ${workers.unknown} unknown`, { dataset: { stat: "workers" } }),
+        stat("Workers", `${workers.busy} busy`, `${workers.idle} idle \u00B7 ${workers.offline} offline \u00B7 ${workers.unknown} unknown`, { dataset: { stat: "workers" } }),
       ),
     );
   }

@@ -16,6 +16,14 @@ function usage(value) {
   return h("div", { class: "meter", title: `${pct.toFixed(1)}%` }, h("div", { class: ["meter-fill", pct > 90 ? "hot" : pct > 70 ? "warm" : ""], style: { width: `${pct}%` } }), h("span", {}, fmt.percent(pct)));
 }
 
+// The store keeps a worker's last status after its process ends; silence past STALE_SECONDS reads as offline.
+function shownStatus(worker) {
+  const times = [worker.last_heartbeat_time, worker.last_dequeue_time, worker.last_busy_time, worker.last_idle_time].filter((t) => t);
+  const seen = times.length ? Math.max(...times) : null;
+  if (worker.status !== "unknown" && seen !== null && api.serverNow() - seen > STALE_SECONDS) return "offline";
+  return worker.status;
+}
+
 function heartbeat(worker) {
   if (!worker.last_heartbeat_time) return h("span", { class: "muted" }, "never");
   return ago(worker.last_heartbeat_time, { staleAfter: STALE_SECONDS, attrs: { class: "heartbeat", title: fmt.fullTime(worker.last_heartbeat_time) } });
@@ -28,7 +36,7 @@ function workerDetails(worker) {
     "div",
     {},
     kvTable([
-      ["Status", badge(worker.status)],
+      ["Status", shownStatus(worker) === worker.status ? badge(worker.status) : [badge("offline"), ` (last reported ${worker.status})`]],
       ["Last heartbeat", worker.last_heartbeat_time ? `${fmt.age(worker.last_heartbeat_time)} (${fmt.fullTime(worker.last_heartbeat_time)})` : "never"],
       ["Current rollout", worker.current_rollout_id ? h("a", { href: `#/rollouts/${encodeURIComponent(worker.current_rollout_id)}` }, worker.current_rollout_id) : "\u2014"],
       ["Current attempt", worker.current_attempt_id || "\u2014"],
@@ -58,7 +66,7 @@ export function createPage(ctx) {
 
   const columns = [
     { key: "worker_id", label: "Worker", render: (w) => h("span", { class: "mono" }, w.worker_id) },
-    { key: "status", label: "Status", render: (w) => badge(w.status) },
+    { key: "status", label: "Status", render: (w) => badge(shownStatus(w)) },
     { key: "last_heartbeat_time", label: "Heartbeat", render: heartbeat },
     {
       key: "current_rollout_id",

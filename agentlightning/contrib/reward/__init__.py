@@ -1,0 +1,1 @@
+"""Reward helpers from integrations (import the submodule: `agentlightning.contrib.reward.agentos`)."""

@@ -1,0 +1,1 @@
+"""Runners from integrations (import the submodule: `agentlightning.contrib.runner.agentos`)."""

@@ -1,0 +1,6 @@
+CREATE TABLE author (author_id INTEGER PRIMARY KEY, name TEXT NOT NULL, birth_year INTEGER NOT NULL, country TEXT NOT NULL);
+CREATE TABLE book (book_id INTEGER PRIMARY KEY, title TEXT NOT NULL, author_id INTEGER NOT NULL REFERENCES author(author_id), year INTEGER NOT NULL, genre TEXT NOT NULL, pages INTEGER NOT NULL);
+CREATE TABLE loan (loan_id INTEGER PRIMARY KEY, book_id INTEGER NOT NULL REFERENCES book(book_id), member TEXT NOT NULL, loan_date TEXT NOT NULL, returned INTEGER NOT NULL);
+INSERT INTO author VALUES (1, 'Hanna Voss', 1950, 'Austria'), (2, 'Peter Lund', 1972, 'Denmark'), (3, 'Ama Owusu', 1985, 'Ghana'), (4, 'Rosa Pinto', 1961, 'Brazil');
+INSERT INTO book VALUES (1, 'The Salt Road', 1, 1988, 'novel', 320), (2, 'Quiet Engines', 2, 2004, 'science', 210), (3, 'River of Names', 3, 2015, 'novel', 410), (4, 'Small Gardens', 4, 1999, 'poetry', 96), (5, 'Northern Maps', 2, 2011, 'history', 350), (6, 'Glass Harbor', 1, 1995, 'novel', 280), (7, 'Counting Stars', 3, 2020, 'science', 180);
+INSERT INTO loan VALUES (1, 1, 'Ivo', '2024-01-05', 1), (2, 3, 'Mina', '2024-01-09', 0), (3, 3, 'Ivo', '2024-02-01', 1), (4, 5, 'Lars', '2024-02-11', 0), (5, 2, 'Mina', '2024-03-03', 1), (6, 7, 'Ivo', '2024-03-20', 0), (7, 1, 'Lars', '2024-04-02', 1);
