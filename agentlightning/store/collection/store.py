@@ -243,6 +243,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps):
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             attempt = await self._require_attempt(c, rollout_id, attempt_id)
+            transitions.check_attempt_update(attempt, await self._attempt_count(c, rollout_id), changes)
             now = self._now()
             reassigned = transitions.worker_reassignment(attempt, changes)
             if reassigned is not None:

@@ -301,6 +301,7 @@ class SqlLightningStore(BackendLightningStore):
         async def step(st: StoreTransaction) -> Attempt:
             record = await st.require_rollout(rollout_id)
             attempt = await st.require_attempt(rollout_id, attempt_id)
+            transitions.check_attempt_update(attempt, record.attempt_count, changes)
             reassigned = transitions.worker_reassignment(attempt, changes)
             if reassigned is not None:
                 await st.claim_for_worker(reassigned)

@@ -256,6 +256,7 @@ class StoreTransaction:
 
     async def new_attempt(self, record: RolloutRecord, worker_id: Optional[str]) -> AttemptedRollout:
         """Create the rollout's next attempt (sequence id = attempts so far + 1); the rollout is `preparing`."""
+        transitions.check_transition("rollout", record.rollout.rollout_id, record.rollout.status, "preparing")
         attempt = transitions.next_attempt(record.rollout.rollout_id, record.attempt_count + 1, worker_id, self.now)
         await self.tx.execute(
             "INSERT INTO {attempts} (" + ATTEMPT_COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -279,7 +280,7 @@ class StoreTransaction:
 
     async def update_attempt(self, record: RolloutRecord, attempt: Attempt, changes: dict[str, Any]) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        fields = transitions.stamp_attempt_changes(changes, self.now)
+        fields = transitions.stamp_attempt_changes(changes, self.now, attempt)
         updated = attempt.model_copy(update=fields)
         await self.write_attempt(attempt, fields)
         if changes.get("status") is None:
@@ -350,6 +351,13 @@ class StoreTransaction:
             if attempt is None:
                 raise arguments.span_attempt_not_found(next(s for s in spans if (s.rollout_id, s.attempt_id) == key))
             attempts[key] = attempt
+        stale = {
+            key[1]
+            for key, attempt in attempts.items()
+            if transitions.stale_attempt_reason(attempt, records[key[0]].attempt_count) is not None
+        }
+        if stale:
+            spans = [transitions.mark_stale_span(s) if s.attempt_id in stale else s for s in spans]
         floors = transitions.sequence_floors(spans)
         if floors:
             await self.tx.executemany(
@@ -381,7 +389,8 @@ class StoreTransaction:
             ],
         )
         for key in sorted(attempts):
-            await self.heartbeat_from_span(records[key[0]], attempts[key])
+            if key[1] not in stale:  # a stale attempt's spans never move it or its rollout
+                await self.heartbeat_from_span(records[key[0]], attempts[key])
         return spans
 
     async def allocate_sequence_ids(self, spans: list[Span]) -> list[Span]:
