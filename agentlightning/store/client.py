@@ -35,9 +35,18 @@ from agentlightning.types import (
     WorkerStatus,
 )
 
+from ._arguments import check_wait_timeout, check_worker_id, coerce_config
 from ._http_errors import NOT_FOUND_ERROR_TYPE, LightningStoreNotFoundError, exception_from_response
 from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
-from .base import UNSET, FilterLogic, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, SortOrder
+from .base import (
+    UNSET,
+    FilterLogic,
+    LightningStore,
+    LightningStoreCapabilities,
+    LightningStoreStatistics,
+    SortOrder,
+    is_unset,
+)
 
 __all__ = ["LightningStoreClient"]
 
@@ -94,6 +103,11 @@ def _given(**fields: Any) -> dict[str, Any]:
 
 def _list(value: Optional[Sequence[Any]]) -> Optional[list[Any]]:
     return None if value is None else list(value)
+
+
+def _checked_config(config: Any) -> Any:
+    """A config validated here, so values JSON cannot carry (NaN, infinity) fail as they would in process."""
+    return None if config is None else coerce_config(config)
 
 
 class LightningStoreClient(LightningStore):
@@ -330,7 +344,7 @@ class LightningStoreClient(LightningStore):
             "input": input,
             "mode": mode,
             "resources_id": resources_id,
-            "config": config,
+            "config": _checked_config(config),
             "metadata": metadata,
             "worker_id": worker_id,
         }
@@ -344,7 +358,8 @@ class LightningStoreClient(LightningStore):
         config: Optional[RolloutConfig] = None,
         metadata: Optional[dict[str, Any]] = None,
     ) -> Rollout:
-        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config, "metadata": metadata}
+        config_ = _checked_config(config)
+        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config_, "metadata": metadata}
         rollouts = await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": [request]})
         return rollouts[0]
 
@@ -353,6 +368,7 @@ class LightningStoreClient(LightningStore):
 
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
         """Claim the next rollout; on any error returns None (warning once per run of failures)."""
+        check_worker_id(worker_id)  # a bad argument is the caller's error, not a failed dequeue
         try:
             claimed = await self._dequeue(1, worker_id)
         except Exception as exc:
@@ -429,6 +445,7 @@ class LightningStoreClient(LightningStore):
         config: Any = UNSET,
         metadata: Any = UNSET,
     ) -> Rollout:
+        config = config if is_unset(config) else _checked_config(config)
         payload = _given(
             input=input, mode=mode, resources_id=resources_id, status=status, config=config, metadata=metadata
         )
@@ -436,8 +453,7 @@ class LightningStoreClient(LightningStore):
 
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
         """Long-poll the server until every known rollout is terminal or `timeout` passes (None: no deadline)."""
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        timeout = check_wait_timeout(timeout)
         ids = list(rollout_ids)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

@@ -28,6 +28,7 @@ from agentlightning.types import (
     WorkerStatus,
 )
 
+from . import _arguments as arguments
 from .base import (
     UNSET,
     FilterLogic,
@@ -206,8 +207,7 @@ class LightningStoreThreaded(LightningStore):
         return finished, any(r.rollout_id not in done for r in known)
 
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        timeout = arguments.check_wait_timeout(timeout)
         ids = list(rollout_ids)
         if timeout == 0:
             return (await self._snapshot(ids))[0]

@@ -79,6 +79,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps):
         worker_id: Optional[str] = None,
     ) -> AttemptedRollout:
         draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
+        arguments.check_worker_id(worker_id)
         async with self._writes() as c:
             now = self._now()
             rollout = draft.build("preparing", await self._resolve_resources_id(c, draft.resources_id), now)
@@ -115,6 +116,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps):
     @tracked("attempts")
     @healthcheck_before
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
+        arguments.check_worker_id(worker_id)
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             return await self._new_attempt(c, rollout, worker_id, self._now())
