@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-__all__ = ["build_parser", "build_store", "main"]
+__all__ = ["build_parser", "build_store", "parse_memory_budget", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,29 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SystemExit(f"agl store: environment variable {name}={raw!r} is not a port number") from None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_memory_budget(text: str) -> float:
+    """`--memory-budget`: bytes with an optional binary unit (`512M`, `2GB`, `1GiB`) or a fraction of RAM (`0.5`)."""
+    match = _SIZE.match(text)
+    if match is not None:
+        number, unit = match.group(1), match.group(2).lower()
+        if "." in number and not unit and match.group(3) is None:
+            fraction = float(number)
+            if 0.0 < fraction <= 1.0:
+                return fraction
+        else:
+            size = int(float(number) * _UNITS[unit])
+            if size > 0:
+                return size
+    raise argparse.ArgumentTypeError(
+        f"invalid memory budget {text!r}: give bytes with an optional unit (512M, 2GB, 1GiB; binary multiples) "
+        "or a fraction of system memory in (0, 1] such as 0.5"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="server processes (default 1); more than 1 needs a store shared across processes (sqlite/postgres)",
     )
+    parser.add_argument(
+        "--memory-budget",
+        type=parse_memory_budget,
+        default=None,
+        metavar="SIZE",
+        help="memory backend: span bytes kept before the spans of the oldest finished rollouts are evicted, "
+        "e.g. 512M, 2GB, or 0.5 of system memory (default 0.7 of system memory)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
 
@@ -122,10 +154,13 @@ def build_tracker(names: Sequence[str]) -> Any:
 
 def build_store(args: argparse.Namespace, tracker: Any = None) -> Any:
     """The store chosen by `--backend` (backend modules are imported only when chosen)."""
+    budget = getattr(args, "memory_budget", None)
     if args.backend == "memory":
         from agentlightning.store.memory import InMemoryLightningStore
 
-        return InMemoryLightningStore(tracker=tracker)
+        return InMemoryLightningStore(tracker=tracker, eviction_memory_threshold=budget)
+    if budget is not None:
+        raise SystemExit(f"agl store: --memory-budget applies to --backend memory only, not {args.backend}")
     if args.backend == "sqlite":
         from agentlightning.store.sqlite import SqliteLightningStore
 

@@ -1,8 +1,9 @@
 """`InMemoryLightningStore`: the collection-based store on in-process dicts, with span memory accounting.
 
 Spans are the bulk of a store's memory. Each stored span is sized (by `span_size_estimator`); once the
-total passes the eviction threshold, the spans of the oldest rollouts are dropped until the total is
-under the safe threshold, and reading those rollouts' spans raises a RuntimeError that says so.
+total passes the eviction threshold (the store's memory budget, `agl store --memory-budget`), the spans
+of finished rollouts are dropped, oldest first, then those of live rollouts if that is not enough, until
+the total is under the safe threshold; reading those rollouts' spans raises a RuntimeError that says so.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .base import LightningStoreCapabilities, LightningStoreStatistics
 from .collection.base import LightningCollections
 from .collection.memory import InMemoryLightningCollections
 from .collection.store import CollectionBasedLightningStore
-from .utils import Clock
+from .utils import Clock, is_terminal
 
 __all__ = ["InMemoryLightningStore", "estimate_model_size", "estimate_span_size"]
 
@@ -182,15 +183,21 @@ class InMemoryLightningStore(CollectionBasedLightningStore):
         return stored
 
     async def _evict_spans(self) -> None:
-        """Drop whole rollouts' spans, oldest rollout first, until under the safe threshold."""
+        """Drop whole rollouts' spans until under the safe threshold: finished rollouts first, oldest first.
+
+        A live rollout loses its trace only when finished ones do not free enough: its spans are still
+        coming and are what training will read next.
+        """
         rollouts = self._memory_collections.rollouts
         spans = self._memory_collections.spans
 
-        def start_time(rollout_id: str) -> float:
+        def eviction_order(rollout_id: str) -> tuple[bool, float]:
             rollout = rollouts.get_nowait(rollout_id)
-            return rollout.start_time if rollout is not None else float("-inf")
+            if rollout is None:
+                return (False, float("-inf"))
+            return (not is_terminal(rollout.status), rollout.start_time)
 
-        for rollout_id in sorted(self._span_bytes_by_rollout, key=start_time):
+        for rollout_id in sorted(self._span_bytes_by_rollout, key=eviction_order):
             if self._span_bytes_total <= self._safe_threshold:
                 break
             for key in spans.keys_where("rollout_id", rollout_id):

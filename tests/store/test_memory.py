@@ -196,3 +196,18 @@ async def test_thread_safe_store_serves_threads_with_their_own_loops(clock: Fake
     assert sorted(claimed) == sorted(r.rollout_id for r in created)
     assert (await store.query_rollouts(status_in=["succeeded"])).total == 200
     assert (await stats_of(store))["total_spans"] == 200
+
+
+async def test_finished_rollouts_lose_their_spans_before_live_ones(clock: FakeClock) -> None:
+    store = make_store(clock, eviction_memory_threshold=400, safe_memory_threshold=300, span_size_estimator=fixed_size)
+    live = await store.start_rollout(input="still running")
+    clock.advance(1)
+    done = await store.start_rollout(input="finished")
+    await store.add_many_spans([span_of(live, 1), span_of(live, 2)])
+    await store.add_many_spans([span_of(done, 1), span_of(done, 2)])
+    await store.update_attempt(done.rollout_id, "latest", status="succeeded")
+    await store.add_span(span_of(live, 3))  # 500 > 400: the finished rollout goes first, although younger
+    assert (await store.query_spans(live.rollout_id)).total == 3
+    with pytest.raises(RuntimeError, match=done.rollout_id):
+        await store.query_spans(done.rollout_id)
+    assert (await stats_of(store))["total_span_bytes"] == 300
