@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_memory_budget,
         default=None,
         metavar="SIZE",
-        help="memory backend: span bytes kept before the spans of the oldest finished rollouts are evicted, "
-        "e.g. 512M, 2GB, or 0.5 of system memory (default 0.7 of system memory)",
+        help="memory backend: bytes of spans, rollouts and attempts to keep; beyond it the oldest finished "
+        "rollouts lose their spans, then are dropped (e.g. 512M, 2GB, or 0.5 of RAM; default 0.7 of RAM)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser

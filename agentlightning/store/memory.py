@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from agentlightning.types import Attempt, AttemptedRollout, Rollout, Span
 
+from ._arguments import RolloutDraft
 from .base import LightningStoreCapabilities, LightningStoreStatistics
 from .collection.base import LightningCollections
 from .collection.memory import InMemoryLightningCollections
@@ -212,7 +213,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore):
         self._record_bytes_total += size
         self._record_bytes_by_rollout[rollout_id] = self._record_bytes_by_rollout.get(rollout_id, 0) + size
 
-    async def _enqueue_many(self, drafts: Any) -> list[Rollout]:
+    async def _enqueue_many(self, drafts: list[RolloutDraft]) -> list[Rollout]:
         rollouts = await super()._enqueue_many(drafts)
         async with self._writes():
             for rollout in rollouts:
