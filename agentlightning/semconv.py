@@ -14,6 +14,7 @@ __all__ = [
     "AGL_OPERATION",
     "AGL_REWARD",
     "AGL_VIRTUAL",
+    "AGL_STALE_ATTEMPT",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -33,6 +34,8 @@ AGL_EXCEPTION = "agentlightning.exception"
 AGL_OPERATION = "agentlightning.operation"
 AGL_REWARD = "agentlightning.reward"
 AGL_VIRTUAL = "agentlightning.virtual"
+# Set (True) by the store on a span that arrived for a stale attempt (timed out, unresponsive or superseded).
+AGL_STALE_ATTEMPT = "agentlightning.stale_attempt"
 
 PROMPT_TOKEN_IDS = "prompt_token_ids"
 RESPONSE_TOKEN_IDS = "response_token_ids"

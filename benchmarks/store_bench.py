@@ -7,11 +7,15 @@ Measures, one call at a time on one event loop (so latency is the cost of the ca
     add_span         add_span of one span
     add_many_spans   add_many_spans of `--batch-size` spans; ops/s counts spans, latency is per batch
     query_spans      query_spans of one rollout holding `--batch-size` spans
+and with `--concurrency` callers in flight (concurrent writers; SQLite groups them into shared commits):
+    add_span xC          add_span of one span
+    enqueue+dequeue xC   one enqueue followed by one dequeue
 
 Run:
     python benchmarks/store_bench.py --quick                     # all backends, under a minute
     python benchmarks/store_bench.py --backends memory,sqlite -n 5000
     python benchmarks/store_bench.py --backends postgres --dsn postgresql://postgres@127.0.0.1:5432/test
+    python benchmarks/store_bench.py --backends sqlite --concurrency 32 --json sqlite.json
 
 Prints a table of ops/s, p50 and p99 latency per backend and operation. PostgreSQL runs in a fresh
 schema that is dropped afterwards; SQLite in a temporary file. Numbers depend on the machine; this
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -117,7 +122,27 @@ async def timed(
     return Measurement(backend, operation, calls, calls * items_per_call, time.perf_counter() - started, latencies)
 
 
-async def bench_backend(name: str, *, n: int, batches: int, batch_size: int, dsn: str) -> list[Measurement]:
+async def timed_concurrently(
+    backend: str, operation: str, calls: int, concurrency: int, call: Callable[[int], Awaitable[Any]]
+) -> Measurement:
+    """`calls` calls with `concurrency` callers in flight; latency is per call, queueing included."""
+    latencies: list[float] = []
+    next_index = iter(range(calls))
+
+    async def caller() -> None:
+        for index in next_index:
+            before = time.perf_counter()
+            await call(index)
+            latencies.append(time.perf_counter() - before)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return Measurement(backend, operation, calls, calls, time.perf_counter() - started, latencies)
+
+
+async def bench_backend(
+    name: str, *, n: int, batches: int, batch_size: int, dsn: str, concurrency: int = 0
+) -> list[Measurement]:
     results: list[Measurement] = []
     async with open_backend(name, dsn) as store:
         await store.statistics()  # connect and create tables outside the measurements
@@ -168,6 +193,25 @@ async def bench_backend(name: str, *, n: int, batches: int, batch_size: int, dsn
             assert len(page) == batch_size
 
         results.append(await timed(name, "query_spans", max(10, n // 10), query))
+
+        if concurrency > 1:
+            add_span_target = claimed[-1]
+            sequence_ids = iter(range(1, n + 1))
+
+            async def add_span_concurrently(i: int) -> None:
+                await store.add_span(make_spans(add_span_target, next(sequence_ids), 1)[0])
+
+            results.append(
+                await timed_concurrently(name, f"add_span x{concurrency}", n, concurrency, add_span_concurrently)
+            )
+
+            async def cycle_concurrently(i: int) -> None:
+                await store.enqueue_rollout(input={"index": i})
+                await store.dequeue_rollout(worker_id=f"bench-worker-{i % concurrency}")
+
+            results.append(
+                await timed_concurrently(name, f"enqueue+dequeue x{concurrency}", n, concurrency, cycle_concurrently)
+            )
     return results
 
 
@@ -200,6 +244,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=None, help="add_many_spans calls (default 50)")
     parser.add_argument("--batch-size", type=int, default=100, help="spans per add_many_spans call")
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="PostgreSQL DSN for the postgres backend")
+    parser.add_argument(
+        "--concurrency", type=int, default=32, help="callers in flight for the concurrent operations (<= 1: skip them)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
 
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -215,10 +263,33 @@ def main() -> None:
     results: list[Measurement] = []
     for name in names:
         started = time.perf_counter()
-        results.extend(asyncio.run(bench_backend(name, n=n, batches=batches, batch_size=args.batch_size, dsn=args.dsn)))
+        results.extend(
+            asyncio.run(
+                bench_backend(
+                    name, n=n, batches=batches, batch_size=args.batch_size, dsn=args.dsn, concurrency=args.concurrency
+                )
+            )
+        )
         console.print(f"[dim]{name}: {time.perf_counter() - started:.1f} s[/dim]")
     render(results, console)
-    console.print(f"[dim]{n} calls per single-item operation; {batches} batches of {args.batch_size} spans[/dim]")
+    load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    console.print(
+        f"[dim]{n} calls per single-item operation; {batches} batches of {args.batch_size} spans; {load}[/dim]"
+    )
+    if args.json:
+        rows = [
+            {
+                "backend": m.backend,
+                "operation": m.operation,
+                "calls": m.calls,
+                "ops_per_second": m.ops_per_second,
+                "p50_ms": m.percentile(0.50) * 1000,
+                "p99_ms": m.percentile(0.99) * 1000,
+            }
+            for m in results
+        ]
+        with open(args.json, "w") as handle:
+            json.dump({"load": load, "results": rows}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-__all__ = ["build_parser", "build_store", "main"]
+__all__ = ["build_parser", "build_store", "parse_memory_budget", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,49 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SystemExit(f"agl store: environment variable {name}={raw!r} is not a port number") from None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE_FORMS = "bytes with an optional unit (512K, 16MB, 1GiB; binary multiples)"
+
+
+def _is_fraction(match: re.Match[str]) -> bool:
+    return "." in match.group(1) and not match.group(2) and match.group(3) is None
+
+
+def _bytes(text: str) -> Optional[int]:
+    """`16MB`, `512k`, `1GiB`, `1048576` -> bytes (units are powers of 1024); None when it is not such a size."""
+    match = _SIZE.match(text)
+    if match is None or _is_fraction(match):
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_memory_budget(text: str) -> float:
+    """`--memory-budget`: bytes with an optional binary unit (`512M`, `2GB`, `1GiB`) or a fraction of RAM (`0.5`)."""
+    match = _SIZE.match(text)
+    if match is not None and _is_fraction(match):
+        fraction = float(match.group(1))
+        if 0.0 < fraction <= 1.0:
+            return fraction
+    else:
+        size = _bytes(text)
+        if size is not None and size > 0:
+            return size
+    raise argparse.ArgumentTypeError(
+        f"invalid memory budget {text!r}: give {_SIZE_FORMS} or a fraction of system memory in (0, 1] such as 0.5"
+    )
+
+
+def _byte_size(text: str) -> int:
+    """`--max-body-size`: a positive number of bytes, see `_bytes`."""
+    size = _bytes(text)
+    if size is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (give {_SIZE_FORMS})")
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"--max-body-size must be at least 1 byte, got {text!r}")
+    return size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,25 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve /openapi.json, /docs and /redoc without the auth token (they need it by default)",
     )
+    parser.add_argument(
+        "--memory-budget",
+        type=parse_memory_budget,
+        default=None,
+        metavar="SIZE",
+        help="memory backend: bytes of spans, rollouts and attempts to keep; beyond it the oldest finished "
+        "rollouts lose their spans, then are dropped (e.g. 512M, 2GB, or 0.5 of RAM; default 0.7 of RAM)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
-
-
-_BYTE_UNITS = {"": 1, "B": 1, "KB": 1024, "K": 1024, "MB": 1024**2, "M": 1024**2, "GB": 1024**3, "G": 1024**3}
-
-
-def _byte_size(text: str) -> int:
-    """`16MB`, `512k`, `1048576` -> bytes (units are powers of 1024)."""
-    raw = text.strip().upper().replace("IB", "B")
-    number = raw.rstrip("KMGB")
-    unit = raw[len(number) :]
-    try:
-        value = float(number) * _BYTE_UNITS[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 16MB, 512KB or a number of bytes)")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--max-body-size must be at least 1 byte, got {text!r}")
-    return int(value)
 
 
 def build_tracker(names: Sequence[str]) -> Any:
@@ -167,10 +202,13 @@ def build_tracker(names: Sequence[str]) -> Any:
 
 def build_store(args: argparse.Namespace, tracker: Any = None) -> Any:
     """The store chosen by `--backend` (backend modules are imported only when chosen)."""
+    budget = getattr(args, "memory_budget", None)
     if args.backend == "memory":
         from agentlightning.store.memory import InMemoryLightningStore
 
-        return InMemoryLightningStore(tracker=tracker)
+        return InMemoryLightningStore(tracker=tracker, eviction_memory_threshold=budget)
+    if budget is not None:
+        raise SystemExit(f"agl store: --memory-budget applies to --backend memory only, not {args.backend}")
     if args.backend == "sqlite":
         from agentlightning.store.sqlite import SqliteLightningStore
 

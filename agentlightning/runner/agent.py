@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from agentlightning.adapter.llm_call import DEFAULT_LLM_CALL_MATCH, looks_like_llm_call
 from agentlightning.emitter import emit_exception, emit_reward, find_final_reward
 from agentlightning.instrumentation.openai_clients import install_safe_client_finalizers
+from agentlightning.store.transitions import StaleAttemptError
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     LLM,
@@ -252,6 +253,10 @@ class LitAgentRunner(Runner[T_task]):
         await self._call_hooks("on_rollout_end", agent=agent, runner=self, rollout=rollout, spans=spans)
         try:
             await store.update_attempt(rollout_id, attempt_id, status="failed" if error is not None else "succeeded")
+        except StaleAttemptError as exc:  # the store gave up on this attempt (timeout / silence) and moved on
+            logger.warning(
+                "%s: result of rollout %s attempt %s discarded: %s", self.get_worker_id(), rollout_id, attempt_id, exc
+            )
         except Exception:
             logger.exception(
                 "%s could not finalise rollout %s attempt %s.", self.get_worker_id(), rollout_id, attempt_id

@@ -7,6 +7,7 @@ data (a change dict, a rollout draft, query filters) that a backend then applies
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -45,6 +46,8 @@ __all__ = [
     "rollout_changes",
     "attempt_changes",
     "worker_changes",
+    "check_text",
+    "check_worker_id",
     "check_dequeue_limit",
     "check_wait_timeout",
     "check_resources_id",
@@ -85,12 +88,23 @@ def coerce_metadata(metadata: Any, what: str = "metadata") -> Optional[dict[str,
     return copy.deepcopy(metadata)
 
 
+def check_text(field: str, value: Any) -> None:
+    """Refuse a NUL byte in an id or name the store writes: PostgreSQL text cannot hold one, so no backend takes it."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(f"{field} must not contain NUL bytes (\\x00), got {value!r}")
+
+
+_SPAN_TEXT_FIELDS = ("rollout_id", "attempt_id", "trace_id", "span_id", "parent_id", "name")
+
+
 def coerce_span(span: Any) -> Span:
-    if isinstance(span, Span):
-        return span
     if isinstance(span, dict):
-        return Span.model_validate(span)
-    raise ValueError(f"expected a Span, got {type(span).__name__}")
+        span = Span.model_validate(span)
+    elif not isinstance(span, Span):
+        raise ValueError(f"expected a Span, got {type(span).__name__}")
+    for field in _SPAN_TEXT_FIELDS:
+        check_text(field, getattr(span, field))
+    return span
 
 
 def coerce_spans(spans: Sequence[Any]) -> list[Span]:
@@ -171,9 +185,20 @@ def check_dequeue_limit(limit: Any) -> None:
         raise ValueError(f"limit must be an integer, got {limit!r}")
 
 
-def check_wait_timeout(timeout: Any) -> None:
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-        raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+def check_worker_id(worker_id: Any) -> None:
+    """An optional worker id a call records (dequeue, start, attempt hand-over)."""
+    if worker_id is not None and not isinstance(worker_id, str):
+        raise ValueError(f"worker_id must be a string or None, got {type(worker_id).__name__}")
+    check_text("worker_id", worker_id)
+
+
+def check_wait_timeout(timeout: Any) -> Optional[float]:
+    """The deadline of `wait_for_rollouts` in seconds: None (or +inf) waits without one; NaN and negatives are refused."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
 
 
 # ---- attempts and workers ----
@@ -186,8 +211,7 @@ def attempt_changes(status: Any, worker_id: Any, last_heartbeat_time: Any, metad
         check_attempt_status(status)
         changes["status"] = status
     if not is_unset(worker_id):
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise ValueError(f"worker_id must be a string or None, got {type(worker_id).__name__}")
+        check_worker_id(worker_id)
         changes["worker_id"] = worker_id
     if not is_unset(last_heartbeat_time):
         if last_heartbeat_time is not None and (
@@ -204,6 +228,7 @@ def worker_changes(worker_id: Any, heartbeat_stats: Any) -> dict[str, Any]:
     """The fields `update_worker` sets besides the heartbeat time the store stamps."""
     if not isinstance(worker_id, str) or not worker_id:
         raise ValueError(f"worker_id must be a non-empty string, got {worker_id!r}")
+    check_text("worker_id", worker_id)
     changes: dict[str, Any] = {}
     if not is_unset(heartbeat_stats):
         changes["heartbeat_stats"] = coerce_metadata(heartbeat_stats, "heartbeat_stats")
@@ -217,12 +242,14 @@ def check_resources_id(resources_id: Any) -> None:
     """An id to create or replace resources under."""
     if not isinstance(resources_id, str) or not resources_id:
         raise ValueError(f"resources_id must be a non-empty string, got {resources_id!r}")
+    check_text("resources_id", resources_id)
 
 
 def check_resources_reference(resources_id: Any) -> None:
     """An id a rollout refers to (the store then checks that the resources exist)."""
     if not isinstance(resources_id, str):
         raise ValueError(f"resources_id must be a string, got {type(resources_id).__name__}")
+    check_text("resources_id", resources_id)
 
 
 # ---- queries ----

@@ -99,6 +99,7 @@ class BackendLightningStore(LightningStore):
     @tracked("rollouts")
     @healthcheck_before
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+        arguments.check_worker_id(worker_id)
         claimed = await self._dequeue(1, worker_id)
         return claimed[0] if claimed else None
 
@@ -106,6 +107,7 @@ class BackendLightningStore(LightningStore):
     @healthcheck_before
     async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
         arguments.check_dequeue_limit(limit)
+        arguments.check_worker_id(worker_id)
         if limit <= 0:
             return []
         return await self._dequeue(limit, worker_id)
@@ -113,9 +115,14 @@ class BackendLightningStore(LightningStore):
     @tracked("rollouts")
     @healthcheck_before
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
-        arguments.check_wait_timeout(timeout)
+        deadline = arguments.check_wait_timeout(timeout)
         return await wait_until_finished(
-            self._waiters, list(rollout_ids), timeout, self.wait_poll_seconds, self._finished, self._watchdog.maybe_scan
+            self._waiters,
+            list(rollout_ids),
+            deadline,
+            self.wait_poll_seconds,
+            self._finished,
+            self._watchdog.maybe_scan,
         )
 
     @tracked("spans")

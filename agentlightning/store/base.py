@@ -85,6 +85,7 @@ class LightningStoreStatistics(TypedDict, total=False):
     total_workers: int
     uptime: float
     total_span_bytes: int
+    total_record_bytes: int
     eviction_threshold_bytes: int
     safe_threshold_bytes: int
     memory_capacity_bytes: int

@@ -39,9 +39,15 @@ class SqliteLightningStore(SqlLightningStore):
         tracker: Any = None,
         busy_timeout_seconds: float = 30.0,
         synchronous: SqliteSynchronous = "NORMAL",
+        group_commit_limit: int = 256,
     ) -> None:
         self.path = os.fspath(path)
-        engine = SqliteEngine(self.path, busy_timeout_seconds=busy_timeout_seconds, synchronous=synchronous)
+        engine = SqliteEngine(
+            self.path,
+            busy_timeout_seconds=busy_timeout_seconds,
+            synchronous=synchronous,
+            group_commit_limit=group_commit_limit,
+        )
         super().__init__(engine, scan_debounce_seconds=scan_debounce_seconds, clock=clock, tracker=tracker)
         self._init_kwargs: dict[str, Any] = {
             "scan_debounce_seconds": scan_debounce_seconds,
@@ -49,6 +55,7 @@ class SqliteLightningStore(SqlLightningStore):
             "tracker": tracker,
             "busy_timeout_seconds": busy_timeout_seconds,
             "synchronous": synchronous,
+            "group_commit_limit": group_commit_limit,
         }
 
     def __reduce__(self) -> Any:

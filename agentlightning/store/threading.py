@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from agentlightning.types import Rollout
 
+from . import _arguments as arguments
 from .base import LightningStore, LightningStoreCapabilities
 from .collection.waiters import CompletionWaiter
 from .forwarding import ForwardingLightningStore
@@ -89,8 +90,7 @@ class LightningStoreThreaded(ForwardingLightningStore):
         return finished, any(r.rollout_id not in done for r in known)
 
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        timeout = arguments.check_wait_timeout(timeout)
         ids = list(rollout_ids)
         if timeout == 0:
             return (await self._snapshot(ids))[0]

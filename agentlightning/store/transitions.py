@@ -4,6 +4,11 @@ A backend reads the rows a call touches, asks these functions what follows from 
 new status and `end_time`, the queue, the worker, a span's heartbeat), and writes the answer to its own
 storage. The collection store and the SQL store only *apply* these decisions, so they cannot drift apart.
 The status rules the decisions rest on (`rollout_status_from_attempt`, ...) are in `store.utils`.
+
+Which status may follow which is written once, in `ALLOWED_TRANSITIONS`: finished rollouts and attempts stay
+finished, and an attempt the store gave up on (timed out, unresponsive) or replaced by a newer one is *stale*:
+its late updates are refused (`StaleAttemptError`, HTTP 409) and its late spans are kept but marked with
+`AGL_STALE_ATTEMPT`, never moving the rollout.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.types import (
     QUEUING_ROLLOUT_STATUSES,
     TERMINAL_ROLLOUT_STATUSES,
@@ -25,6 +31,15 @@ from agentlightning.types import (
 from .utils import new_attempt_id, rollout_status_from_attempt, worker_status_from_attempt
 
 __all__ = [
+    "StateConflictError",
+    "ForbiddenTransitionError",
+    "StaleAttemptError",
+    "ALLOWED_TRANSITIONS",
+    "transition_allowed",
+    "check_transition",
+    "stale_attempt_reason",
+    "check_attempt_update",
+    "mark_stale_span",
     "LIVE_ROLLOUT_STATUSES",
     "RolloutTransition",
     "rollout_transition",
@@ -44,6 +59,99 @@ __all__ = [
 
 LIVE_ROLLOUT_STATUSES: tuple[RolloutStatus, ...] = ("preparing", "running")
 """Rollouts whose latest attempt the watchdog checks for timeouts and silence."""
+
+
+# ---- which status may follow which ----
+
+
+class StateConflictError(ValueError):
+    """A change the state machine refuses because of what already happened (HTTP 409)."""
+
+
+class ForbiddenTransitionError(StateConflictError):
+    """The status change is not in `ALLOWED_TRANSITIONS` (e.g. a finished rollout asked to run again)."""
+
+
+class StaleAttemptError(StateConflictError):
+    """An update of an attempt the store no longer waits for: it timed out, went silent or was superseded."""
+
+
+ALLOWED_TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
+    "rollout": {
+        # A queued rollout runs only through an attempt, so it becomes `preparing` before `running`.
+        "queuing": frozenset({"preparing", "requeuing", "succeeded", "failed", "cancelled"}),
+        "requeuing": frozenset({"queuing", "preparing", "succeeded", "failed", "cancelled"}),
+        "preparing": frozenset({"running", "queuing", "requeuing", "succeeded", "failed", "cancelled"}),
+        "running": frozenset({"preparing", "queuing", "requeuing", "succeeded", "failed", "cancelled"}),
+        "succeeded": frozenset(),
+        "failed": frozenset(),
+        "cancelled": frozenset(),
+    },
+    "attempt": {
+        "preparing": frozenset({"running", "succeeded", "failed", "unresponsive", "timeout"}),
+        "running": frozenset({"succeeded", "failed", "unresponsive", "timeout"}),
+        "succeeded": frozenset(),
+        "failed": frozenset(),
+        # The watchdog's verdicts are final: the rollout was requeued or failed on the strength of them.
+        "unresponsive": frozenset(),
+        "timeout": frozenset(),
+    },
+}
+"""Per entity, the statuses each status may change to. Keeping the same status is always allowed (a repeat)."""
+
+_FINAL_HINTS = {
+    "rollout": "a finished rollout is final; enqueue a new rollout to run the task again",
+    "attempt": "a finished attempt is final; the store starts a new attempt when the rollout is retried",
+}
+
+
+def transition_allowed(entity: str, current: str, new: str) -> bool:
+    return new == current or new in ALLOWED_TRANSITIONS[entity][current]
+
+
+def check_transition(entity: str, entity_id: str, current: str, new: str) -> None:
+    """Raise `ForbiddenTransitionError` unless `entity` (rollout / attempt) may go from `current` to `new`."""
+    if transition_allowed(entity, current, new):
+        return
+    targets = ALLOWED_TRANSITIONS[entity][current]
+    hint = (
+        _FINAL_HINTS[entity]
+        if not targets
+        else f"from {current!r} it may only become {', '.join(repr(t) for t in sorted(targets))}"
+    )
+    raise ForbiddenTransitionError(f"{entity} {entity_id!r} cannot go from {current!r} to {new!r}: {hint}")
+
+
+def stale_attempt_reason(attempt: Attempt, latest_sequence_id: int) -> Optional[str]:
+    """Why the store no longer takes updates from this attempt, or None while it does.
+
+    An attempt that finished on its own (succeeded / failed) is never stale: its late spans are just late.
+    """
+    if attempt.status in ("succeeded", "failed"):
+        return None
+    if attempt.status in ("timeout", "unresponsive"):
+        return f"it was marked {attempt.status!r} and its rollout moved on (requeued or finished)"
+    if attempt.sequence_id < latest_sequence_id:
+        return f"a newer attempt (#{latest_sequence_id}) of its rollout superseded it"
+    return None
+
+
+def check_attempt_update(attempt: Attempt, latest_sequence_id: int, changes: Mapping[str, Any]) -> None:
+    """Refuse any update of a stale attempt (`StaleAttemptError`) or a forbidden status change."""
+    reason = stale_attempt_reason(attempt, latest_sequence_id)
+    if reason is not None:
+        raise StaleAttemptError(
+            f"attempt {attempt.attempt_id!r} of rollout {attempt.rollout_id!r} is stale: {reason}; its updates "
+            f"are refused and its late spans are kept, marked {AGL_STALE_ATTEMPT!r}"
+        )
+    status = changes.get("status")
+    if status is not None:
+        check_transition("attempt", attempt.attempt_id, attempt.status, status)
+
+
+def mark_stale_span(span: Span) -> Span:
+    """A copy of a late span of a stale attempt, flagged so readers can tell (or drop) it."""
+    return span.model_copy(update={"attributes": {**span.attributes, AGL_STALE_ATTEMPT: True}})
 
 
 # ---- rollouts ----
@@ -69,17 +177,19 @@ class RolloutTransition:
 def rollout_transition(
     rollout: Rollout, status: RolloutStatus, now: float, changes: Optional[Mapping[str, Any]] = None
 ) -> RolloutTransition:
-    """Set `status` (and `changes`): a terminal status stamps `end_time`, any other new status clears it."""
+    """Set `status` (and `changes`): a terminal status stamps `end_time`; a forbidden change raises.
+
+    Only non-terminal rollouts change status (terminal ones are final), so none has an `end_time` to clear.
+    """
     fields = dict(changes) if changes else {}
     previous = rollout.status
     finished = False
     if status != previous:
+        check_transition("rollout", rollout.rollout_id, previous, status)
         fields["status"] = status
         if status in TERMINAL_ROLLOUT_STATUSES:
             fields["end_time"] = now
             finished = True
-        elif rollout.end_time is not None:
-            fields["end_time"] = None
     # Runs on every status change, so the rules `is_queuing` / `is_terminal` are inlined as set lookups.
     enqueue = status in QUEUING_ROLLOUT_STATUSES
     return RolloutTransition(fields, enqueue, not enqueue and previous in QUEUING_ROLLOUT_STATUSES, finished)
@@ -104,10 +214,14 @@ def next_attempt(rollout_id: str, sequence_id: int, worker_id: Optional[str], no
     )
 
 
-def stamp_attempt_changes(changes: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """The changes to write to an attempt: finishing it (succeeded / failed) stamps its `end_time`."""
+def stamp_attempt_changes(changes: Mapping[str, Any], now: float, attempt: Optional[Attempt] = None) -> dict[str, Any]:
+    """The changes to write to an attempt: finishing it (succeeded / failed) stamps its `end_time`.
+
+    Repeating the status the attempt already has (a retried request) keeps its first `end_time`.
+    """
     fields = dict(changes)
-    if fields.get("status") in ("succeeded", "failed"):
+    status = fields.get("status")
+    if status in ("succeeded", "failed") and (attempt is None or attempt.status != status):
         fields["end_time"] = now
     return fields
 
@@ -115,23 +229,25 @@ def stamp_attempt_changes(changes: Mapping[str, Any], now: float) -> dict[str, A
 def rollout_status_after_attempt(rollout: Rollout, attempt: Attempt) -> Optional[RolloutStatus]:
     """The status a rollout takes when its *latest* attempt changed status; None when it keeps its own.
 
-    A cancelled rollout stays cancelled whatever its attempts report afterwards.
+    A finished rollout (cancelled included) stays as it is whatever its attempts report afterwards, and a
+    rollout requeued by hand stays queued until an attempt is claimed (see `ALLOWED_TRANSITIONS`).
     """
-    if rollout.status == "cancelled":
+    status = rollout_status_from_attempt(attempt, rollout.config)
+    if status == rollout.status or not transition_allowed("rollout", rollout.status, status):
         return None
-    return rollout_status_from_attempt(attempt, rollout.config)
+    return status
 
 
 def span_heartbeat_changes(attempt: Attempt, now: float) -> dict[str, Any]:
-    """A span is a heartbeat; the first one (or one after going unresponsive) also means `running`."""
-    if attempt.status not in ("preparing", "unresponsive"):
+    """A span is a heartbeat; the first one of a preparing attempt also means `running`."""
+    if attempt.status != "preparing":
         return {"last_heartbeat_time": now}
     return {"last_heartbeat_time": now, "status": "running"}
 
 
 def rollout_status_after_span(rollout: Rollout) -> Optional[RolloutStatus]:
-    """A span that starts its rollout's *latest* attempt starts a preparing / requeuing rollout; None otherwise."""
-    return "running" if rollout.status in ("preparing", "requeuing") else None
+    """A span that starts its rollout's *latest* attempt starts a preparing rollout; None otherwise."""
+    return "running" if rollout.status == "preparing" else None
 
 
 # ---- workers ----

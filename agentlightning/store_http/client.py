@@ -21,6 +21,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter
 
+from agentlightning.store._arguments import check_wait_timeout, check_worker_id, coerce_config
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -103,6 +104,11 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list)):
         return list(value)  # type: ignore[arg-type]
     return value
+
+
+def _checked_config(config: Any) -> Any:
+    """A config validated here, so values JSON cannot carry (NaN, infinity) fail as they would in process."""
+    return None if config is None else coerce_config(config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,6 +408,8 @@ class LightningStoreClient(ForwardingLightningStore):
         if endpoint is None:  # a batch call without its own route: the contract's default, over the routes above
             return await getattr(LightningStore, method)(self, **arguments)
         fields = {name: value for name, value in arguments.items() if not is_unset(value)}
+        if "config" in fields:
+            fields["config"] = _checked_config(fields["config"])
         path = endpoint.path
         for name in endpoint.path_names():
             segment = _seg(fields.pop(name), name)
@@ -450,7 +458,8 @@ class LightningStoreClient(ForwardingLightningStore):
         config: Optional[RolloutConfig] = None,
         metadata: Optional[dict[str, Any]] = None,
     ) -> Rollout:
-        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config, "metadata": metadata}
+        config_ = _checked_config(config)
+        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config_, "metadata": metadata}
         rollouts = await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": [request]})
         return rollouts[0]
 
@@ -463,6 +472,7 @@ class LightningStoreClient(ForwardingLightningStore):
         Errors are raised, never read as an empty queue: a refused token or request at once, a server
         that stays unreachable once the retry budget is spent.
         """
+        check_worker_id(worker_id)
         claimed = await self._dequeue(1, worker_id)
         return claimed[0] if claimed else None
 
@@ -489,8 +499,7 @@ class LightningStoreClient(ForwardingLightningStore):
 
     async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Rollout]:
         """Long-poll the server until every known rollout is terminal or `timeout` passes (None: no deadline)."""
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        timeout = check_wait_timeout(timeout)
         ids = list(rollout_ids)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

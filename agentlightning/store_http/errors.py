@@ -1,10 +1,11 @@
 """How store errors travel over HTTP: status codes and JSON bodies on the server, exceptions on the client.
 
-Server side, a `ValueError` from the store becomes 400, a `KeyError` 404, `NotImplementedError` 501,
-anything unexpected 500; every error body is JSON `{"detail": str, "error_type": str}`. A 500 says
-only the exception type and an `error_id`; the traceback goes to the server log under that id, never
-to the client (it would show install paths and internals). The client turns them back into exceptions of the same family, so code written against
-an in-process store behaves the same against a remote one.
+Server side, a `StateConflictError` from the store (a refused transition, a stale attempt) becomes 409,
+another `ValueError` 400, a `KeyError` 404, `NotImplementedError` 501, anything unexpected 500; every
+error body is JSON `{"detail": str, "error_type": str}`. A 500 says only the exception type and an
+`error_id`; the traceback goes to the server log under that id, never to the client (it would show
+install paths and internals). The client turns them back into exceptions of the same family, so code
+written against an in-process store behaves the same against a remote one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import logging
 import uuid
 from typing import Any, Optional
+
+from agentlightning.store.transitions import ForbiddenTransitionError, StaleAttemptError, StateConflictError
 
 __all__ = [
     "HTTPError",
@@ -66,6 +69,8 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
         return 501, error_body(_message(exc), "NotImplementedError")
     if isinstance(exc, KeyError):
         return 404, error_body(_message(exc), "KeyError")
+    if isinstance(exc, StateConflictError):
+        return 409, error_body(_message(exc), type(exc).__name__)
     if isinstance(exc, ValueError):
         return 400, error_body(_message(exc), "ValueError")
     if isinstance(exc, OverflowError):  # a number the backend cannot store (SQL integers are 64-bit)
@@ -132,6 +137,25 @@ class LightningStoreUnavailableError(ConnectionError):
     """The store server did not answer (refused, reset, timed out) until the client's retry budget was spent."""
 
 
+class RemoteForbiddenTransitionError(ForbiddenTransitionError, LightningStoreRequestError):
+    """409: the server's store refused a status change (see `transitions.ALLOWED_TRANSITIONS`)."""
+
+
+class RemoteStaleAttemptError(StaleAttemptError, LightningStoreRequestError):
+    """409: the server's store refused an update of a stale attempt."""
+
+
+class RemoteStateConflictError(StateConflictError, LightningStoreRequestError):
+    """409: another change the server's state machine refused."""
+
+
+_CONFLICTS: dict[str, type[LightningStoreRequestError]] = {
+    "ForbiddenTransitionError": RemoteForbiddenTransitionError,
+    "StaleAttemptError": RemoteStaleAttemptError,
+    "StateConflictError": RemoteStateConflictError,
+}
+
+
 class LightningStoreNotSupportedError(NotImplementedError):
     """501: the store behind the server does not support this operation."""
 
@@ -155,6 +179,8 @@ def exception_from_response(status: int, body: bytes, url: str) -> Exception:
     detail = detail or f"HTTP {status} from {url}"
     if status == 501:
         return LightningStoreNotSupportedError(detail)
+    if status == 409 and error_type in _CONFLICTS:
+        return _CONFLICTS[error_type](status, detail, error_type)
     if status in (401, 403):
         if "AGL_STORE_TOKEN" not in detail:
             detail = f"{detail} ({LightningStoreAuthError.HINT})"

@@ -95,8 +95,9 @@ class Triplet(BaseModel):
 class RolloutConfig(BaseModel):
     """How long an attempt may take and when a rollout is retried."""
 
-    timeout_seconds: Optional[float] = None
-    unresponsive_seconds: Optional[float] = None
+    # Positive and finite when set; None means no limit.
+    timeout_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+    unresponsive_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     max_attempts: int = Field(default=1, ge=1)
     retry_condition: list[AttemptStatus] = Field(default_factory=list)
 

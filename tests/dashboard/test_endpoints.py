@@ -291,7 +291,7 @@ async def test_a_rollout_without_llm_spans_is_flagged_in_its_triplet_report() ->
         sequence_id=1,
     )
     await store.add_span(reward)
-    server = LightningStoreServer(store, port=0)
+    server = LightningStoreServer(store, port=0, routers=[dashboard_router()])
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=server.endpoint) as http:

@@ -150,11 +150,12 @@ async def test_dequeue_skips_rollouts_that_left_the_queue(store: LightningStore)
     assert (await store.query_attempts(a.rollout_id)).total == 0
 
 
-async def test_cancelled_then_requeued_rollout_goes_to_the_tail(store: LightningStore) -> None:
+async def test_rollout_requeued_by_hand_goes_to_the_tail(store: LightningStore) -> None:
     a = await store.enqueue_rollout(input="a")
     b = await store.enqueue_rollout(input="b")
-    await store.update_rollout(a.rollout_id, status="cancelled")
-    await store.update_rollout(a.rollout_id, status="queuing")
+    claimed = await store.dequeue_rollout()
+    assert claimed is not None and claimed.rollout_id == a.rollout_id
+    await store.update_rollout(a.rollout_id, status="requeuing")
     order = [r.rollout_id for r in await drain(store)]
     assert order == [b.rollout_id, a.rollout_id]
 
@@ -188,7 +189,7 @@ async def test_start_rollout_bypasses_the_queue(store: LightningStore, clock: Fa
 
 
 async def test_start_attempt_creates_the_next_attempt(store: LightningStore) -> None:
-    started = await store.start_rollout(input=1)
+    started = await store.start_rollout(input=1, config=RETRY_ON_FAILURE)
     await store.update_attempt(started.rollout_id, "latest", status="failed")
     retried = await store.start_attempt(started.rollout_id, worker_id="w-2")
     assert retried.status == "preparing"
@@ -288,9 +289,8 @@ async def test_retry_requeues_until_max_attempts(store: LightningStore) -> None:
 
 async def test_only_the_latest_attempt_drives_the_rollout(store: LightningStore) -> None:
     started = await store.start_rollout(input=1)
+    await store.update_attempt(started.rollout_id, "latest", status="running")
     second = await store.start_attempt(started.rollout_id)
-    old = await store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")
-    assert old.status == "succeeded"
     rollout = await store.get_rollout_by_id(started.rollout_id)
     assert rollout is not None and rollout.status == "preparing"
     await store.update_attempt(started.rollout_id, second.attempt.attempt_id, status="running")
@@ -326,7 +326,8 @@ async def test_attempt_end_time_only_for_finished_statuses(store: LightningStore
     assert running.end_time is None
     timed_out = await store.update_attempt(started.rollout_id, "latest", status="timeout")
     assert timed_out.end_time is None
-    failed = await store.update_attempt(started.rollout_id, "latest", status="failed")
+    other = await store.start_rollout(input=2)
+    failed = await store.update_attempt(other.rollout_id, "latest", status="failed")
     assert failed.end_time is not None
 
 
@@ -342,13 +343,13 @@ async def test_terminal_statuses_stamp_end_time(store: LightningStore, clock: Fa
         assert updated.end_time == clock.now
 
 
-async def test_back_to_queue_clears_end_time(store: LightningStore) -> None:
-    rollout = await store.enqueue_rollout(input=1)
-    await store.update_rollout(rollout.rollout_id, status="failed")
-    requeued = await store.update_rollout(rollout.rollout_id, status="queuing")
-    assert requeued.end_time is None
+async def test_back_to_queue_from_running_has_no_end_time(store: LightningStore) -> None:
+    started = await store.start_rollout(input=1)
+    await store.update_attempt(started.rollout_id, "latest", status="running")
+    requeued = await store.update_rollout(started.rollout_id, status="queuing")
+    assert requeued.status == "queuing" and requeued.end_time is None
     claimed = await store.dequeue_rollout()
-    assert claimed is not None and claimed.rollout_id == rollout.rollout_id
+    assert claimed is not None and claimed.rollout_id == started.rollout_id and claimed.attempt.sequence_id == 2
 
 
 async def test_update_rollout_changes_only_given_fields(store: LightningStore) -> None:

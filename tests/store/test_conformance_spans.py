@@ -77,21 +77,20 @@ async def test_every_span_is_a_heartbeat(store: LightningStore, clock: FakeClock
     assert attempt is not None and attempt.last_heartbeat_time == clock.now and attempt.status == "running"
 
 
-async def test_span_revives_an_unresponsive_attempt(store: LightningStore) -> None:
+async def test_span_does_not_revive_an_unresponsive_attempt(store: LightningStore) -> None:
     config = RolloutConfig(max_attempts=2, retry_condition=["unresponsive"])
     await store.enqueue_rollout(input=1, config=config)
     claimed = await store.dequeue_rollout()
     assert claimed is not None
     await store.update_attempt(claimed.rollout_id, "latest", status="unresponsive")
-    rollout = await store.get_rollout_by_id(claimed.rollout_id)
-    assert rollout is not None and rollout.status == "requeuing"
     await store.add_span(span_of(claimed, 1))
     attempt = await store.get_latest_attempt(claimed.rollout_id)
-    assert attempt is not None and attempt.status == "running"
+    assert attempt is not None and attempt.status == "unresponsive"
     rollout = await store.get_rollout_by_id(claimed.rollout_id)
-    assert rollout is not None and rollout.status == "running"
-    # It left the queue again: nobody else picks it up.
-    assert await store.dequeue_rollout() is None
+    assert rollout is not None and rollout.status == "requeuing"
+    # It stays in the queue: the retry goes ahead.
+    retry = await store.dequeue_rollout()
+    assert retry is not None and retry.attempt.sequence_id == 2
 
 
 async def test_span_of_an_old_attempt_does_not_move_the_rollout(store: LightningStore) -> None:
@@ -99,7 +98,7 @@ async def test_span_of_an_old_attempt_does_not_move_the_rollout(store: Lightning
     await store.start_attempt(started.rollout_id)
     await store.add_span(span_of(started, 1))
     attempts = await store.query_attempts(started.rollout_id)
-    assert [a.status for a in attempts] == ["running", "preparing"]
+    assert [a.status for a in attempts] == ["preparing", "preparing"]
     rollout = await store.get_rollout_by_id(started.rollout_id)
     assert rollout is not None and rollout.status == "preparing"
 

@@ -52,12 +52,15 @@ async def test_worker_status_follows_its_attempt(store: LightningStore, clock: F
     clock.advance(1)
     await store.update_attempt(claimed.rollout_id, "latest", status="running")
     assert (await store.get_worker_by_id("w-1")).status == "busy"  # type: ignore[union-attr]
-    await store.update_attempt(claimed.rollout_id, "latest", status="unresponsive")
-    assert (await store.get_worker_by_id("w-1")).status == "unknown"  # type: ignore[union-attr]
     clock.advance(1)
     await store.update_attempt(claimed.rollout_id, "latest", status="succeeded")
     worker = await store.get_worker_by_id("w-1")
     assert worker is not None and worker.status == "idle" and worker.last_idle_time == clock.now
+    await store.enqueue_rollout(input=2)
+    silent = await store.dequeue_rollout(worker_id="w-1")
+    assert silent is not None
+    await store.update_attempt(silent.rollout_id, "latest", status="unresponsive")
+    assert (await store.get_worker_by_id("w-1")).status == "unknown"  # type: ignore[union-attr]
 
 
 async def test_attempt_updates_after_the_worker_moved_on_leave_it_busy(store: LightningStore) -> None:

@@ -21,6 +21,8 @@ def fixed_size(_: Span) -> int:
 
 
 def make_store(clock: FakeClock, **kwargs: Any) -> InMemoryLightningStore:
+    if "span_size_estimator" in kwargs:
+        kwargs.setdefault("record_size_estimator", lambda _: 0)  # count spans only unless a test sizes records
     return InMemoryLightningStore(clock=clock, scan_debounce_seconds=0, **kwargs)
 
 
@@ -195,3 +197,100 @@ async def test_thread_safe_store_serves_threads_with_their_own_loops(clock: Fake
     assert sorted(claimed) == sorted(r.rollout_id for r in created)
     assert (await store.query_rollouts(status_in=["succeeded"])).total == 200
     assert (await stats_of(store))["total_spans"] == 200
+
+
+async def test_finished_rollouts_lose_their_spans_before_live_ones(clock: FakeClock) -> None:
+    store = make_store(clock, eviction_memory_threshold=400, safe_memory_threshold=300, span_size_estimator=fixed_size)
+    live = await store.start_rollout(input="still running")
+    clock.advance(1)
+    done = await store.start_rollout(input="finished")
+    await store.add_many_spans([span_of(live, 1), span_of(live, 2)])
+    await store.add_many_spans([span_of(done, 1), span_of(done, 2)])
+    await store.update_attempt(done.rollout_id, "latest", status="succeeded")
+    await store.add_span(span_of(live, 3))  # 500 > 400: the finished rollout goes first, although younger
+    assert (await store.query_spans(live.rollout_id)).total == 3
+    with pytest.raises(RuntimeError, match=done.rollout_id):
+        await store.query_spans(done.rollout_id)
+    assert (await stats_of(store))["total_span_bytes"] == 300
+
+
+def record_size(_: Any) -> int:
+    return 100
+
+
+async def test_finished_rollouts_are_dropped_whole_when_spans_do_not_free_enough(clock: FakeClock) -> None:
+    store = make_store(
+        clock,
+        eviction_memory_threshold=1000,
+        safe_memory_threshold=500,
+        span_size_estimator=fixed_size,
+        record_size_estimator=record_size,
+    )
+    live = await store.start_rollout(input="live")  # 200 bytes: the rollout and its attempt
+    finished = []
+    for i in range(4):
+        clock.advance(1)
+        started = await store.start_rollout(input=i)
+        await store.update_attempt(started.rollout_id, "latest", status="succeeded")
+        finished.append(started)
+    assert (await stats_of(store))["total_record_bytes"] == 1000
+    queued = await store.enqueue_rollout(input="queued")  # 1100 > 1000: drop finished rollouts, oldest first
+    stats = await stats_of(store)
+    assert stats["total_record_bytes"] == 500 and stats["total_rollouts"] == 3
+    for gone in finished[:3]:
+        assert await store.get_rollout_by_id(gone.rollout_id) is None
+        assert (await store.query_attempts(gone.rollout_id)).total == 0
+    for kept in (live, finished[3], queued):
+        assert await store.get_rollout_by_id(kept.rollout_id) is not None
+    claimed = await store.dequeue_rollout()
+    assert claimed is not None and claimed.rollout_id == queued.rollout_id
+
+
+async def test_live_rollouts_are_never_dropped_whole(clock: FakeClock) -> None:
+    store = make_store(
+        clock,
+        eviction_memory_threshold=300,
+        safe_memory_threshold=200,
+        span_size_estimator=fixed_size,
+        record_size_estimator=record_size,
+    )
+    rollouts = [await store.enqueue_rollout(input=i) for i in range(5)]
+    started = await store.start_rollout(input="running")
+    await store.add_span(span_of(started, 1))
+    assert (await store.query_rollouts()).total == 6  # over budget, but nothing here may go
+    with pytest.raises(RuntimeError, match=started.rollout_id):
+        await store.query_spans(started.rollout_id)
+    assert [r.rollout_id for r in await store.dequeue_many_rollouts(limit=10)] == [r.rollout_id for r in rollouts]
+
+
+async def test_a_long_run_stays_under_the_memory_budget() -> None:
+    """Real memory, measured by tracemalloc: 600 rollouts with 5 x 1 KB spans each hold ~14 MB unbounded."""
+    import gc
+    import tracemalloc
+
+    from .factories import make_span
+
+    budget = 1024 * 1024
+    store = InMemoryLightningStore(eviction_memory_threshold=budget, scan_debounce_seconds=60)
+    payload = "p" * 1024
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(600):
+            await store.enqueue_rollout(input={"task": i})
+            claimed = await store.dequeue_rollout(worker_id=f"w-{i % 8}")
+            assert claimed is not None
+            spans = [
+                make_span(claimed.rollout_id, claimed.attempt.attempt_id, k + 1, attributes={"p": payload})
+                for k in range(5)
+            ]
+            await store.add_many_spans(spans)
+            await store.update_attempt(claimed.rollout_id, "latest", status="succeeded")
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    stats = await stats_of(store)
+    assert stats["total_span_bytes"] + stats["total_record_bytes"] <= budget
+    assert grown < 2 * budget, f"the store grew by {grown / 1e6:.1f} MB under a {budget / 1e6:.1f} MB budget"

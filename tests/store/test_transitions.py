@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store import transitions
-from agentlightning.types import Attempt, Rollout, RolloutConfig
+from agentlightning.types import ATTEMPT_STATUSES, ROLLOUT_STATUSES, Attempt, Rollout, RolloutConfig
 
 from .factories import make_span
 
@@ -30,10 +31,67 @@ def test_terminal_status_stamps_end_time_leaves_the_queue_and_wakes_waiters() ->
     assert (t.enqueue, t.dequeue, t.finished) == (False, True, True)
 
 
-def test_requeuing_a_finished_rollout_clears_end_time_and_enqueues_it() -> None:
-    t = transitions.rollout_transition(rollout("failed", end_time=NOW - 1), "requeuing", NOW)
-    assert t.changes == {"status": "requeuing", "end_time": None}
+def test_requeuing_a_running_rollout_enqueues_it() -> None:
+    t = transitions.rollout_transition(rollout("running"), "requeuing", NOW)
+    assert t.changes == {"status": "requeuing"}
     assert (t.enqueue, t.dequeue, t.finished) == (True, False, False)
+
+
+@pytest.mark.parametrize("entity", ["rollout", "attempt"])
+def test_the_table_lists_every_status_and_finished_ones_go_nowhere(entity: str) -> None:
+    statuses = ROLLOUT_STATUSES if entity == "rollout" else ATTEMPT_STATUSES
+    table = transitions.ALLOWED_TRANSITIONS[entity]
+    assert set(table) == set(statuses)
+    for current, targets in table.items():
+        assert current not in targets and targets <= set(statuses)
+    final = {s for s in statuses if not table[s]}
+    expected = (
+        {"succeeded", "failed", "cancelled"}
+        if entity == "rollout"
+        else {"succeeded", "failed", "timeout", "unresponsive"}
+    )
+    assert final == expected
+
+
+@pytest.mark.parametrize("entity", ["rollout", "attempt"])
+def test_check_transition_refuses_exactly_the_pairs_the_table_leaves_out(entity: str) -> None:
+    statuses = ROLLOUT_STATUSES if entity == "rollout" else ATTEMPT_STATUSES
+    for current in statuses:
+        for target in statuses:
+            allowed = target == current or target in transitions.ALLOWED_TRANSITIONS[entity][current]
+            assert transitions.transition_allowed(entity, current, target) is allowed
+            if allowed:
+                transitions.check_transition(entity, "x-1", current, target)
+                continue
+            with pytest.raises(transitions.ForbiddenTransitionError, match=f"from {current!r} to {target!r}"):
+                transitions.check_transition(entity, "x-1", current, target)
+
+
+def test_a_finished_rollout_refuses_any_other_status_and_its_attempts_do_not_move_it() -> None:
+    with pytest.raises(transitions.ForbiddenTransitionError, match="final"):
+        transitions.rollout_transition(rollout("succeeded", end_time=NOW - 1), "queuing", NOW)
+    for status in ("succeeded", "failed", "cancelled"):
+        assert transitions.rollout_status_after_attempt(rollout(status), attempt("failed")) is None
+    assert transitions.rollout_status_after_attempt(rollout("queuing"), attempt("running")) is None
+
+
+def test_stale_attempts_are_those_given_up_on_or_superseded() -> None:
+    assert transitions.stale_attempt_reason(attempt("running"), latest_sequence_id=1) is None
+    assert transitions.stale_attempt_reason(attempt("succeeded"), latest_sequence_id=2) is None
+    assert "newer attempt" in (transitions.stale_attempt_reason(attempt("running"), latest_sequence_id=2) or "")
+    for status in ("unresponsive", "timeout"):
+        assert status in (transitions.stale_attempt_reason(attempt(status), latest_sequence_id=1) or "")
+    with pytest.raises(transitions.StaleAttemptError, match="at-1"):
+        transitions.check_attempt_update(attempt("unresponsive"), 1, {"last_heartbeat_time": NOW})
+    with pytest.raises(transitions.ForbiddenTransitionError):
+        transitions.check_attempt_update(attempt("succeeded"), 1, {"status": "running"})
+    transitions.check_attempt_update(attempt("succeeded"), 2, {"status": "succeeded", "metadata": {}})
+
+
+def test_stale_spans_are_marked_copies() -> None:
+    span = make_span("ro-1", "at-1", 1)
+    marked = transitions.mark_stale_span(span)
+    assert marked.attributes[AGL_STALE_ATTEMPT] is True and AGL_STALE_ATTEMPT not in span.attributes
 
 
 def test_same_status_changes_only_the_given_fields_and_keeps_a_queued_rollout_queued() -> None:
@@ -48,6 +106,8 @@ def test_finishing_an_attempt_stamps_its_end_time_without_touching_the_input() -
     assert transitions.stamp_attempt_changes(changes, NOW) == {"status": "succeeded", "end_time": NOW}
     assert changes == {"status": "succeeded"}
     assert transitions.stamp_attempt_changes({"status": "timeout"}, NOW) == {"status": "timeout"}
+    repeat = transitions.stamp_attempt_changes(changes, NOW, attempt("succeeded", end_time=NOW - 5))
+    assert repeat == {"status": "succeeded"}
 
 
 @pytest.mark.parametrize(
@@ -76,7 +136,8 @@ def test_first_span_makes_a_preparing_attempt_and_rollout_run() -> None:
         "status": "running",
     }
     assert transitions.span_heartbeat_changes(attempt("running"), NOW) == {"last_heartbeat_time": NOW}
-    assert transitions.rollout_status_after_span(rollout("requeuing")) == "running"
+    assert transitions.rollout_status_after_span(rollout("preparing")) == "running"
+    assert transitions.rollout_status_after_span(rollout("requeuing")) is None
     assert transitions.rollout_status_after_span(rollout("succeeded")) is None
 
 

@@ -73,8 +73,12 @@ class CollectionStoreSteps(BackendLightningStore):
             raise arguments.attempt_not_found(rollout_id, attempt_id)
         return attempt
 
+    async def _attempt_count(self, c: LightningCollections, rollout_id: str) -> int:
+        """How many attempts the rollout has: the sequence id of its latest one."""
+        return await c.attempts.count(by_rollout(rollout_id))
+
     async def _is_latest(self, c: LightningCollections, attempt: Attempt) -> bool:
-        return attempt.sequence_id >= await c.attempts.count(by_rollout(attempt.rollout_id))
+        return attempt.sequence_id >= await self._attempt_count(c, attempt.rollout_id)
 
     async def _resolve_resources_id(self, c: LightningCollections, resources_id: Optional[str]) -> Optional[str]:
         if resources_id is None:
@@ -152,7 +156,8 @@ class CollectionStoreSteps(BackendLightningStore):
     async def _new_attempt(
         self, c: LightningCollections, rollout: Rollout, worker_id: Optional[str], now: float
     ) -> AttemptedRollout:
-        count = await c.attempts.count(by_rollout(rollout.rollout_id))
+        transitions.check_transition("rollout", rollout.rollout_id, rollout.status, "preparing")
+        count = await self._attempt_count(c, rollout.rollout_id)
         attempt = transitions.next_attempt(rollout.rollout_id, count + 1, worker_id, now)
         await c.attempts.insert(attempt)
         rollout = await self._set_rollout_status(c, rollout, "preparing", now)
@@ -163,7 +168,7 @@ class CollectionStoreSteps(BackendLightningStore):
         self, c: LightningCollections, rollout: Rollout, attempt: Attempt, changes: dict[str, Any], now: float
     ) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        updated = attempt.model_copy(update=transitions.stamp_attempt_changes(changes, now))
+        updated = attempt.model_copy(update=transitions.stamp_attempt_changes(changes, now, attempt))
         await c.attempts.update(updated)
         if changes.get("status") is None:
             return updated
@@ -206,12 +211,20 @@ class CollectionStoreSteps(BackendLightningStore):
                 if attempt is None or attempt.rollout_id != span.rollout_id:
                     raise arguments.span_attempt_not_found(span)
                 attempts[span.attempt_id] = attempt
+        stale: set[str] = set()
+        for attempt in attempts.values():
+            latest = await self._attempt_count(c, attempt.rollout_id)
+            if transitions.stale_attempt_reason(attempt, latest) is not None:
+                stale.add(attempt.attempt_id)
+        if stale:
+            spans = [transitions.mark_stale_span(s) if s.attempt_id in stale else s for s in spans]
         for rollout_id, floor in transitions.sequence_floors(spans).items():
             await c.span_sequence_ids.chmax(rollout_id, floor)
         spans = await self._allocate_sequence_ids(c, spans)
         stored = await self._store_spans(c, spans)
         for attempt in attempts.values():
-            await self._heartbeat_from_span(c, rollouts[attempt.rollout_id], attempt, now)
+            if attempt.attempt_id not in stale:  # a stale attempt's spans never move it or its rollout
+                await self._heartbeat_from_span(c, rollouts[attempt.rollout_id], attempt, now)
         return stored
 
     async def _allocate_sequence_ids(self, c: LightningCollections, spans: list[Span]) -> list[Span]:

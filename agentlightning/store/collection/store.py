@@ -84,6 +84,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
         worker_id: Optional[str] = None,
     ) -> AttemptedRollout:
         draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
+        arguments.check_worker_id(worker_id)
         async with self._writes() as c:
             now = self._now()
             rollout = draft.build("preparing", await self._resolve_resources_id(c, draft.resources_id), now)
@@ -120,6 +121,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
     @tracked("attempts")
     @healthcheck_before
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
+        arguments.check_worker_id(worker_id)
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             return await self._new_attempt(c, rollout, worker_id, self._now())
@@ -248,6 +250,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             attempt = await self._require_attempt(c, rollout_id, attempt_id)
+            transitions.check_attempt_update(attempt, await self._attempt_count(c, rollout_id), changes)
             now = self._now()
             reassigned = transitions.worker_reassignment(attempt, changes)
             if reassigned is not None:

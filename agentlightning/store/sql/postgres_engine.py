@@ -154,6 +154,12 @@ class PostgresEngine(SqlEngine):
                     raise
                 logger.debug("retrying PostgreSQL transaction after %s", type(exc).__name__)
                 await asyncio.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+            except psycopg.DataError as exc:
+                # Writes refuse NUL bytes up front (`_arguments.check_text`); a lookup by such a value cannot
+                # match anything stored, and is refused as bad input rather than failing as a server error.
+                if "NUL" in str(exc):
+                    raise ValueError(f"store arguments must not contain NUL bytes (\\x00): {exc}") from exc
+                raise
         raise AssertionError("unreachable")
 
     async def drop_schema(self) -> None:

@@ -93,7 +93,7 @@ _INDEXES = [
     "CREATE INDEX IF NOT EXISTS agl_rollouts_queue ON {rollouts} (queue_position) WHERE queue_position IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS agl_rollouts_status ON {rollouts} (status)",
     "CREATE INDEX IF NOT EXISTS agl_spans_rollout_sequence ON {spans} (rollout_id, sequence_id)",
-    # Re-adding a span (same rollout, attempt and span id) replaces it, as in the in-memory store.
+    # One row per (rollout, attempt, span id): re-adding a span is a duplicate the store skips (first write wins).
     "CREATE UNIQUE INDEX IF NOT EXISTS agl_spans_identity ON {spans} (rollout_id, attempt_id, span_id)",
 ]
 

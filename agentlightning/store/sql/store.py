@@ -150,6 +150,7 @@ class SqlLightningStore(BackendLightningStore):
         worker_id: Optional[str] = None,
     ) -> AttemptedRollout:
         draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
+        arguments.check_worker_id(worker_id)
 
         async def step(st: StoreTransaction) -> AttemptedRollout:
             rollout = draft.build("preparing", await st.resolve_resources_id(draft.resources_id), st.now)
@@ -177,6 +178,8 @@ class SqlLightningStore(BackendLightningStore):
     @tracked("attempts")
     @healthcheck_before
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
+        arguments.check_worker_id(worker_id)
+
         async def step(st: StoreTransaction) -> AttemptedRollout:
             return await st.new_attempt(await st.require_rollout(rollout_id), worker_id)
 
@@ -301,6 +304,7 @@ class SqlLightningStore(BackendLightningStore):
         async def step(st: StoreTransaction) -> Attempt:
             record = await st.require_rollout(rollout_id)
             attempt = await st.require_attempt(rollout_id, attempt_id)
+            transitions.check_attempt_update(attempt, record.attempt_count, changes)
             reassigned = transitions.worker_reassignment(attempt, changes)
             if reassigned is not None:
                 await st.claim_for_worker(reassigned)

@@ -256,6 +256,7 @@ class StoreTransaction:
 
     async def new_attempt(self, record: RolloutRecord, worker_id: Optional[str]) -> AttemptedRollout:
         """Create the rollout's next attempt (sequence id = attempts so far + 1); the rollout is `preparing`."""
+        transitions.check_transition("rollout", record.rollout.rollout_id, record.rollout.status, "preparing")
         attempt = transitions.next_attempt(record.rollout.rollout_id, record.attempt_count + 1, worker_id, self.now)
         await self.tx.execute(
             "INSERT INTO {attempts} (" + ATTEMPT_COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -279,7 +280,7 @@ class StoreTransaction:
 
     async def update_attempt(self, record: RolloutRecord, attempt: Attempt, changes: dict[str, Any]) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        fields = transitions.stamp_attempt_changes(changes, self.now)
+        fields = transitions.stamp_attempt_changes(changes, self.now, attempt)
         updated = attempt.model_copy(update=fields)
         await self.write_attempt(attempt, fields)
         if changes.get("status") is None:
@@ -339,7 +340,8 @@ class StoreTransaction:
         """Validate, store new spans, raise sequence floors, and heartbeat attempts; returns the spans stored.
 
         A span whose `(rollout_id, attempt_id, span_id)` is already stored (or earlier in the batch) is a
-        duplicate: skipped, first write wins, still a heartbeat of its attempt.
+        duplicate: skipped, first write wins, still a heartbeat of its attempt. Spans of a stale attempt
+        are stored marked `agentlightning.stale_attempt` and heartbeat nothing (no late revival).
         """
         records: dict[str, RolloutRecord] = {}
         attempts: dict[tuple[str, str], Attempt] = {}
@@ -354,6 +356,13 @@ class StoreTransaction:
             if attempt is None:
                 raise arguments.span_attempt_not_found(next(s for s in spans if (s.rollout_id, s.attempt_id) == key))
             attempts[key] = attempt
+        stale = {
+            key[1]
+            for key, attempt in attempts.items()
+            if transitions.stale_attempt_reason(attempt, records[key[0]].attempt_count) is not None
+        }
+        if stale:
+            spans = [transitions.mark_stale_span(s) if s.attempt_id in stale else s for s in spans]
         floors = transitions.sequence_floors(spans)
         if floors:
             await self.tx.executemany(
@@ -366,7 +375,8 @@ class StoreTransaction:
         if spans:
             await self.insert_span_rows(spans)
         for key in sorted(attempts):
-            await self.heartbeat_from_span(records[key[0]], attempts[key])
+            if key[1] not in stale:  # a stale attempt's spans never move it or its rollout
+                await self.heartbeat_from_span(records[key[0]], attempts[key])
         return spans
 
     async def insert_span_rows(self, spans: list[Span]) -> None:
