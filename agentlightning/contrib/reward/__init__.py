@@ -1,1 +1,0 @@
-"""Reward helpers from integrations (import the submodule: `agentlightning.contrib.reward.agentos`)."""

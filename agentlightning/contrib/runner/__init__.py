@@ -1,1 +1,0 @@
-"""Runners from integrations (import the submodule: `agentlightning.contrib.runner.agentos`)."""
