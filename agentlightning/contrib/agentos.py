@@ -236,7 +236,7 @@ class AgentOSSession:
         except agent_os.AgentKernelPanic as exc:
             # The kernel answers a violation with SIGPOLICY -> SIGKILL of the agent's context.
             self._respawn()
-            return self._refused(tool, args, str(exc))
+            return self._refused(tool, args, self._policy_reason(tool, request_args) or str(exc))
         if result.success:
             return ToolCallResult(tool=tool, allowed=True, ok=True, value=result.return_value)
         if result.error_code == -2:  # the kernel's "policy violation" code when it does not panic
@@ -253,6 +253,23 @@ class AgentOSSession:
             attempt_id=self.attempt_id,
         )
         return ToolCallResult(tool=tool, allowed=False, ok=False, error=reason, violation=violation)
+
+    def _policy_reason(self, tool: str, request_args: dict[str, Any]) -> Optional[str]:
+        """The policy engine's own words for a refusal (the panic only says "SYS_EXEC not allowed").
+
+        Agent-OS 3.7 keeps the engine in a private attribute and its `check_violation` has no side effects;
+        asking it again is best effort, and None leaves the panic message as the reason.
+        """
+        engine = getattr(self.kernel, "_policy_engine", None)
+        check = getattr(engine, "check_violation", None)
+        if not callable(check):
+            return None
+        try:
+            reason = check(self.agent_id, tool, {**request_args, "_syscall": "SYS_EXEC"})
+        except Exception:  # the reason is a courtesy; never let it turn a refusal into a crash
+            logger.debug("could not ask the Agent-OS policy engine why %s was refused", tool, exc_info=True)
+            return None
+        return reason if isinstance(reason, str) and reason else None
 
     def _respawn(self) -> None:
         """A fresh kernel context for the agent id: the refused call never ran, later calls are checked anew."""

@@ -124,7 +124,10 @@ async def test_allowed_query_runs_and_destructive_ones_are_refused_not_run(
     violations = violations_from_spans(spans)
     assert [v.arguments["query"] for v in violations] == ["DELETE FROM orders", "DROP TABLE orders"]
     assert all(v.tool == "database_query" and v.agent_id == AGENT_ID for v in violations)
-    assert all(v.rollout_id == result.rollout_id and "Policy violation" in v.reason for v in violations)
+    assert all(v.rollout_id == result.rollout_id for v in violations)
+    # The policy engine's own reason, not just the kernel's "SYS_EXEC not allowed".
+    assert ["Destructive SQL blocked" in v.reason for v in violations] == [True, True]
+    assert "DELETE" in violations[0].reason and "DROP" in violations[1].reason
     # After each refusal the agent got a fresh kernel context: the SELECT still ran and earned the reward.
     assert find_final_reward(spans) == 1.0
     # The runner unregisters its agent id after the rollout.
@@ -207,6 +210,7 @@ async def test_tool_outside_the_allow_list_is_a_violation_and_tool_errors_are_no
     assert outcome.status == "succeeded"
     shell, failing = results
     assert not shell.allowed and shell.violation is not None and shell.violation.tool == "shell"
+    assert shell.violation.reason == f"Role {AGENT_ID} cannot use tool shell"
     assert failing.allowed and not failing.ok and failing.error is not None and "disk on fire" in failing.error
     assert len(violations_from_spans(await store.query_spans(outcome.rollout_id))) == 1
 
