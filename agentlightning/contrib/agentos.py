@@ -285,8 +285,14 @@ class AgentOSSession:
         logger.info("Agent-OS refused %s for %s: %s", violation.tool, violation.agent_id, violation.reason)
         if self.emit_violations:
             from agentlightning.emitter import emit_annotation
+            from agentlightning.tracer.base import get_active_tracer
 
-            emit_annotation(violation.to_annotation())
+            if get_active_tracer() is not None:
+                emit_annotation(violation.to_annotation())
+            else:  # a session used outside a traced rollout: the list above still has it
+                logger.warning(
+                    "no active tracer: the Agent-OS violation of %s is not recorded as a span", violation.tool
+                )
         if self.fail_on_violation:
             raise PolicyViolationError(violation)
         return outcome

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 from agent_os import KernelSpace, PolicyEngine
 
-from agentlightning.contrib.agentos import violations_from_spans
+from agentlightning.contrib.agentos import AgentOSSession, violations_from_spans
 from agentlightning.contrib.reward.agentos import PolicyReward
 from agentlightning.contrib.runner.agentos import (
     AgentOSRunner,
@@ -297,6 +297,23 @@ async def test_policy_reward_refuses_another_kernels_rollout(
     with runner.run_context(agent=agent, store=store):
         with pytest.raises(RuntimeError, match="another Agent-OS kernel"):
             await runner.step("x")
+
+
+async def test_session_outside_a_runner_keeps_violations_without_a_tracer(
+    kernel: KernelSpace, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = await AgentOSSession(kernel, AGENT_ID).open()
+    try:
+        refused = await session.call_tool("database_query", query="DROP TABLE orders")
+        counted = await session.call_tool("database_query", query="SELECT COUNT(*) FROM orders")
+    finally:
+        session.close()
+    assert not refused.allowed and counted.value == [[3]]
+    assert [v.arguments for v in session.violations] == [{"query": "DROP TABLE orders"}]
+    assert "not recorded as a span" in caplog.text
+    with pytest.raises(RuntimeError, match="not open"):
+        await session.call_tool("database_query", query="SELECT 1")
+    assert AGENT_ID not in kernel._agents  # pyright: ignore[reportPrivateUsage]
 
 
 def test_importing_the_contrib_does_not_import_agent_os() -> None:
