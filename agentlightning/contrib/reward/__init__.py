@@ -1,0 +1,1 @@
+"""Rewards that integrate third-party systems; import the submodule you need (e.g. `.agentos`)."""
