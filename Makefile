@@ -33,8 +33,8 @@ browser:
 
 test: venv browser
 	@echo "[test] ruff, pyright, then pytest (about 10 minutes on 2 cores)"
-	$(BIN)/ruff check agentlightning tests benchmarks examples
-	$(BIN)/ruff format --check agentlightning tests benchmarks examples
+	$(BIN)/ruff check agentlightning tests benchmarks examples contrib
+	$(BIN)/ruff format --check agentlightning tests benchmarks examples contrib
 	$(BIN)/pyright
 	$(BIN)/pytest -q -p no:cacheprovider
 
@@ -44,13 +44,13 @@ docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 check: venv
-	$(BIN)/ruff check agentlightning tests benchmarks examples
-	$(BIN)/ruff format --check agentlightning tests benchmarks examples
+	$(BIN)/ruff check agentlightning tests benchmarks examples contrib
+	$(BIN)/ruff format --check agentlightning tests benchmarks examples contrib
 	$(BIN)/pyright
 
 format: venv
-	$(BIN)/ruff format agentlightning tests benchmarks examples
-	$(BIN)/ruff check --fix agentlightning tests benchmarks examples
+	$(BIN)/ruff format agentlightning tests benchmarks examples contrib
+	$(BIN)/ruff check --fix agentlightning tests benchmarks examples contrib
 
 bench: venv
 	$(PY) benchmarks/store_bench.py --quick
