@@ -1,0 +1,266 @@
+"""RayExecutionStrategy on a real three-node Ray cluster on this machine (head + two worker nodes).
+
+The head has no CPUs for actors, so every runner lands on a worker node and reaches the driver's store
+server over HTTP with the run's token. One test kills a worker node in the middle of a rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+import agentlightning as agl
+from agentlightning.execution.ray_strategy import RayExecutionStrategy
+from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.types import EnqueueRolloutRequest, Rollout, RolloutConfig
+
+ray = pytest.importorskip("ray", reason="the ray extra is part of the dev extra; install agentlightning[ray]")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+SMALL_OBJECT_STORE = 80 * 1024 * 1024
+DEADLINE_SECONDS = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    """A head node without CPUs and two worker nodes with two CPUs each; the test process is the driver."""
+    local = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 0,
+            "object_store_memory": SMALL_OBJECT_STORE,
+            "include_dashboard": False,
+            # Notice a killed node within ~2 s instead of Ray's default of tens of seconds.
+            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
+        },
+    )
+    for _ in range(2):
+        local.add_node(num_cpus=2, object_store_memory=SMALL_OBJECT_STORE)
+    local.wait_for_nodes()
+    ray.init(address=local.address, include_dashboard=False, logging_level="WARNING")
+    try:
+        yield local
+    finally:
+        ray.shutdown()
+        local.shutdown()
+
+
+class SpanningAgent(agl.LitAgent[dict[str, Any]]):
+    """Opens a span (a heartbeat for its attempt) every `step_seconds`, `steps` times, then returns 1.0."""
+
+    def __init__(self, steps: int = 2, step_seconds: float = 0.05) -> None:
+        super().__init__()
+        self.steps = steps
+        self.step_seconds = step_seconds
+
+    async def rollout_async(self, task: dict[str, Any], resources: agl.NamedResources, rollout: agl.Rollout) -> float:
+        from opentelemetry import trace as trace_api
+
+        tracer = trace_api.get_tracer("tests.ray")
+        for step in range(self.steps):
+            with tracer.start_as_current_span(f"step-{step}", attributes={"index": task["index"]}):
+                await asyncio.sleep(self.step_seconds)
+        return 1.0
+
+
+async def _wait_all(store: agl.LightningStore, rollout_ids: list[str]) -> list[Rollout]:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        done = await store.wait_for_rollouts(rollout_ids=rollout_ids, timeout=0)
+        if len(done) == len(rollout_ids):
+            return done
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"rollouts did not finish within {DEADLINE_SECONDS} s")
+
+
+def _trainer(strategy: RayExecutionStrategy, algorithm: Any, store: agl.LightningStore) -> agl.Trainer:
+    return agl.Trainer(
+        algorithm=algorithm,
+        store=store,
+        strategy=strategy,
+        tracer=agl.OtelTracer(),
+        runner={"poll_interval": 0.1, "heartbeat_interval": 1.0},
+    )
+
+
+def _actor_locations(strategy: RayExecutionStrategy) -> list[dict[str, Any]]:
+    return [ray.get(info.handle.where.remote(), timeout=30) for info in strategy.actors]
+
+
+def _assert_no_actor_left(strategy: RayExecutionStrategy, pids: list[int]) -> None:
+    for info in strategy.actors:
+        namespace, name = info.name.split("/", 1)
+        with pytest.raises(ValueError):
+            ray.get_actor(name, namespace=namespace)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
+        time.sleep(0.2)
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"runner actor processes still alive after shutdown: {alive}"
+
+
+def test_runners_spread_over_worker_nodes_and_finish_every_rollout(cluster: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus=1, graceful_timeout=10.0)
+    locations: list[dict[str, Any]] = []
+    results: list[Rollout] = []
+
+    @agl.algo
+    async def algorithm(*, store: agl.LightningStore) -> None:
+        requests = [EnqueueRolloutRequest(input={"index": i}, mode="train") for i in range(6)]
+        enqueued = await store.enqueue_many_rollouts(requests)
+        results.extend(await _wait_all(store, [r.rollout_id for r in enqueued]))
+        locations.extend(await asyncio.to_thread(_actor_locations, strategy))
+
+    store = InMemoryLightningStore(thread_safe=True)
+    _trainer(strategy, algorithm, store).fit(SpanningAgent())
+
+    assert [r.status for r in results] == ["succeeded"] * 6
+    head_id = cluster.head_node.node_id
+    worker_ids = {node.node_id for node in cluster.worker_nodes}
+    assert {loc["node_id"] for loc in locations} == worker_ids, "SPREAD puts one runner on each worker node"
+    assert head_id not in {loc["node_id"] for loc in locations}
+    workers = asyncio.run(store.query_workers())
+    assert {w.worker_id for w in workers} == {"Worker-0", "Worker-1"}
+    _assert_no_actor_left(strategy, [loc["pid"] for loc in locations])
+
+
+def test_store_server_requires_the_run_token(cluster: Any) -> None:
+    """Runners on other nodes reach the store only with the token; an anonymous client is refused."""
+    from agentlightning.store.client import LightningStoreClient
+
+    strategy = RayExecutionStrategy(n_runners=1, graceful_timeout=5.0, auth_token="s3cret-token")
+    observed: dict[str, Any] = {}
+
+    @agl.algo
+    async def algorithm(*, store: agl.LightningStore) -> None:
+        enqueued = await store.enqueue_rollout(input={"index": 0})
+        await _wait_all(store, [enqueued.rollout_id])
+        server = store
+        endpoint = strategy.endpoint(ray, server.port)  # type: ignore[attr-defined]
+        observed["endpoint"] = endpoint
+        anonymous = LightningStoreClient(endpoint, auth_token="wrong", retry_delays=(), health_retry_delays=())
+        try:
+            with pytest.raises(Exception) as info:
+                await anonymous.query_rollouts()
+            observed["error"] = str(info.value)
+        finally:
+            await anonymous.close()
+
+    _trainer(strategy, algorithm, InMemoryLightningStore(thread_safe=True)).fit(SpanningAgent(steps=1))
+    assert "401" in observed["error"] or "token" in observed["error"].lower()
+    assert not observed["endpoint"].startswith("http://0.0.0.0")
+
+
+def test_killing_a_node_mid_rollout_restarts_its_runner_and_retries_the_attempt_once(cluster: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus=1, max_restarts=2, graceful_timeout=10.0)
+    # Each rollout gives up on a silent attempt after 3 s and allows exactly one retry.
+    config = RolloutConfig(unresponsive_seconds=3.0, max_attempts=2, retry_condition=["unresponsive"])
+    observed: dict[str, Any] = {}
+
+    @agl.algo
+    async def algorithm(*, store: agl.LightningStore) -> None:
+        locations = await asyncio.to_thread(_actor_locations, strategy)
+        observed["pids"] = [loc["pid"] for loc in locations]
+        requests = [EnqueueRolloutRequest(input={"index": i}, mode="train", config=config) for i in range(8)]
+        enqueued = await store.enqueue_many_rollouts(requests)
+        ids = [r.rollout_id for r in enqueued]
+        victim_rollout = await _running_rollout_of(store, ids, "Worker-0")
+        victim_node = next(n for n in cluster.worker_nodes if n.node_id == locations[0]["node_id"])
+        await asyncio.to_thread(cluster.remove_node, victim_node, False)
+        observed["victim_rollout"] = victim_rollout
+        observed["results"] = await _wait_all(store, ids)
+        observed["attempts"] = {rid: (await store.query_attempts(rid)).items for rid in ids}
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while strategy.actors[0].restarts == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        observed["relocated"] = [info.locations[-1] for info in strategy.actors]
+
+    store = InMemoryLightningStore(thread_safe=True, scan_debounce_seconds=0.5)
+    try:
+        _trainer(strategy, algorithm, store).fit(SpanningAgent(steps=6, step_seconds=0.25))
+    finally:
+        cluster.add_node(num_cpus=2, object_store_memory=SMALL_OBJECT_STORE)
+
+    results: list[Rollout] = observed["results"]
+    assert [r.status for r in results] == ["succeeded"] * 8
+    attempts = observed["attempts"]
+    retried = {rid: [a.status for a in items] for rid, items in attempts.items() if len(items) > 1}
+    assert retried == {observed["victim_rollout"]: ["unresponsive", "succeeded"]}
+    for items in attempts.values():
+        assert [a.status for a in items].count("succeeded") == 1, "no rollout runs to success twice"
+    assert strategy.actors[0].restarts == 1 and strategy.actors[1].restarts == 0
+    survivors = {n.node_id for n in cluster.worker_nodes}
+    assert {loc["node_id"] for loc in observed["relocated"]} <= survivors
+    pids = observed["pids"] + [loc["pid"] for loc in observed["relocated"]]
+    _assert_no_actor_left(strategy, pids)
+
+
+async def _running_rollout_of(store: agl.LightningStore, rollout_ids: list[str], worker_id: str) -> str:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        for rid in rollout_ids:
+            attempt = await store.get_latest_attempt(rid)
+            if attempt is not None and attempt.worker_id == worker_id and attempt.status == "running":
+                return rid
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{worker_id} never ran a rollout")
+
+
+def test_algorithm_crash_stops_every_actor(cluster: Any) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, num_cpus=1, graceful_timeout=5.0)
+    pids: list[int] = []
+
+    @agl.algo
+    async def algorithm(*, store: agl.LightningStore) -> None:
+        pids.extend(loc["pid"] for loc in await asyncio.to_thread(_actor_locations, strategy))
+        raise RuntimeError("algorithm exploded")
+
+    with pytest.raises(RuntimeError, match="algorithm exploded"):
+        _trainer(strategy, algorithm, InMemoryLightningStore(thread_safe=True)).fit(SpanningAgent())
+    _assert_no_actor_left(strategy, pids)
+
+
+def test_unpicklable_runner_fails_before_any_actor_starts() -> None:
+    import threading
+
+    class LockedAgent(SpanningAgent):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lock = threading.Lock()
+
+    strategy = RayExecutionStrategy(n_runners=1)
+    with pytest.raises(TypeError, match="cannot be sent to Ray actors"):
+        _trainer(strategy, None, InMemoryLightningStore(thread_safe=True)).fit(LockedAgent())
+    assert strategy.actors == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_runners": 0}, "n_runners"),
+        ({"num_cpus": -1}, "num_cpus"),
+        ({"max_restarts": -2}, "max_restarts"),
+        ({"server_port": 70000}, "server_port"),
+        ({"resources": {"accelerator": -1.0}}, "accelerator"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RayExecutionStrategy(**kwargs)
+
+
+def test_trainer_accepts_ray_alias_with_runner_count() -> None:
+    trainer = agl.Trainer(strategy={"type": "ray", "num_cpus": 0.5, "resources": {"agent": 1}}, n_runners=3)
+    assert isinstance(trainer.strategy, RayExecutionStrategy)
+    assert (trainer.strategy.n_runners, trainer.strategy.num_cpus, trainer.strategy.resources) == (
+        3,
+        0.5,
+        {"agent": 1},
+    )
+    assert trainer.n_runners == 3
