@@ -1,0 +1,43 @@
+"""VERL integration: the agent-mode daemon, batch building, padding helpers, config and version checks.
+
+`AgentLightningTrainer` (a verl `RayPPOTrainer`) and the entrypoint need the `verl` extra and a GPU; the
+rest runs on CPU with torch and tensordict. Names load lazily, so importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "AgentModeDaemon",
+    "AgentLightningTrainer",
+    "get_left_padded_ids_and_attention_mask",
+    "get_right_padded_ids_and_attention_mask",
+    "build_batch",
+    "TransitionSampleBuilder",
+    "TrajectorySampleBuilder",
+    "load_default_config",
+    "check_versions",
+    "run_ppo",
+]
+
+_LOCATIONS = {
+    "AgentModeDaemon": "daemon",
+    "AgentLightningTrainer": "trainer",
+    "get_left_padded_ids_and_attention_mask": "padding",
+    "get_right_padded_ids_and_attention_mask": "padding",
+    "build_batch": "batch",
+    "TransitionSampleBuilder": "batch",
+    "TrajectorySampleBuilder": "batch",
+    "load_default_config": "config",
+    "check_versions": "versions",
+    "run_ppo": "entrypoint",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
