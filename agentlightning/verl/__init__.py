@@ -7,7 +7,16 @@ rest runs on CPU with torch and tensordict. Names load lazily, so importing this
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .batch import TrajectorySampleBuilder, TransitionSampleBuilder, build_batch
+    from .config import load_default_config
+    from .daemon import AgentModeDaemon
+    from .entrypoint import run_ppo
+    from .padding import get_left_padded_ids_and_attention_mask, get_right_padded_ids_and_attention_mask
+    from .trainer import AgentLightningTrainer
+    from .versions import check_versions
 
 __all__ = [
     "AgentModeDaemon",
