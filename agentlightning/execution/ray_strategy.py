@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from agentlightning.env_var import LightningEnvVar, resolve_bool_env_var
 from agentlightning.store.base import LightningStore
 
 from ._supervise import run_until_stopped
@@ -144,6 +145,9 @@ class RayExecutionStrategy(ExecutionStrategy):
         init_kwargs: extra keyword arguments for `ray.init` when this strategy calls it.
         namespace: Ray namespace of the actors (default: a fresh one per run).
         restart_timeout: how long to wait for a dead actor to come back before giving up on its runner.
+        managed_store: serve the trainer's store from the driver (default, or `AGL_MANAGED_STORE`). False:
+            the store is a `LightningStoreClient` of a store served elsewhere (`agl store` on the head node);
+            runners connect to the same address with the same token and no server starts here.
     """
 
     alias = "ray"
@@ -166,6 +170,7 @@ class RayExecutionStrategy(ExecutionStrategy):
         init_kwargs: Optional[Mapping[str, Any]] = None,
         namespace: Optional[str] = None,
         restart_timeout: float = 300.0,
+        managed_store: Optional[bool] = None,
     ) -> None:
         if n_runners < 1:
             raise ValueError(f"n_runners must be >= 1, got {n_runners}")
@@ -196,6 +201,7 @@ class RayExecutionStrategy(ExecutionStrategy):
         self.init_kwargs: dict[str, Any] = dict(init_kwargs or {})
         self.namespace = namespace
         self.restart_timeout = restart_timeout
+        self.managed_store: bool = resolve_bool_env_var(LightningEnvVar.AGL_MANAGED_STORE, managed_store, fallback=True)
         self.actors: list[RunnerActorInfo] = []
         self._runner_ref: Any = None
         """The runner actors of the current (or last) `execute`, for inspection."""
@@ -247,21 +253,28 @@ class RayExecutionStrategy(ExecutionStrategy):
     # ---- the driver ----
 
     async def _drive(self, ray: Any, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
-        from agentlightning.store.server import LightningStoreServer
+        server: Optional[LightningStoreServer] = None
+        if self.managed_store:
+            from agentlightning.store.server import LightningStoreServer
 
-        port = self.server_port or _free_port(self.server_host)
-        token = self.auth_token or secrets.token_urlsafe(24)
-        server: LightningStoreServer = LightningStoreServer(store, host=self.server_host, port=port, auth_token=token)
-        await server.start()
-        endpoint = self.endpoint(ray, port)
-        logger.info("Store server listening on %s:%s; runners connect to %s", self.server_host, port, endpoint)
+            port = self.server_port or _free_port(self.server_host)
+            token = self.auth_token or secrets.token_urlsafe(24)
+            server = LightningStoreServer(store, host=self.server_host, port=port, auth_token=token)
+            await server.start()
+            endpoint = self.endpoint(ray, port)
+            algorithm_store: LightningStore = server
+            logger.info("Store server listening on %s:%s; runners connect to %s", self.server_host, port, endpoint)
+        else:
+            endpoint, token = _external_endpoint(store)
+            algorithm_store = store
+            logger.info("Using the store at %s; runners connect there too", endpoint)
         stop_event = ThreadingEvent()
         monitor: Optional[asyncio.Task[None]] = None
         try:
             self.actors = self._start_actors(ray, runner, endpoint, token)
             monitor = asyncio.create_task(self._monitor(ray, stop_event))
             await run_until_stopped(
-                algorithm(server, stop_event),
+                algorithm(algorithm_store, stop_event),
                 stop_event,
                 graceful_delay=self.graceful_timeout,
                 name="Algorithm",
@@ -273,9 +286,12 @@ class RayExecutionStrategy(ExecutionStrategy):
                 await asyncio.gather(monitor, return_exceptions=True)
             # Runners still need the server to report their last attempts, so they stop first.
             await asyncio.to_thread(self._stop_actors, ray)
-            await server.stop()
+            if server is not None:
+                await server.stop()
 
-    def _start_actors(self, ray: Any, runner: RunnerBundle, endpoint: str, token: str) -> list[RunnerActorInfo]:
+    def _start_actors(
+        self, ray: Any, runner: RunnerBundle, endpoint: str, token: Optional[str]
+    ) -> list[RunnerActorInfo]:
         namespace = self.namespace or f"agl-{uuid.uuid4().hex[:8]}"
         actor_cls = ray.remote(_RunnerActor)
         # Held for the whole run: Ray needs the constructor argument again to restart an actor.
@@ -409,6 +425,17 @@ class RayExecutionStrategy(ExecutionStrategy):
                 logger.debug("Killing runner actor %s failed", info.name, exc_info=True)
             info.finished = True
         self._runner_ref = None
+
+
+def _external_endpoint(store: LightningStore) -> tuple[str, Optional[str]]:
+    from agentlightning.store.client import LightningStoreClient
+
+    if not isinstance(store, LightningStoreClient):
+        raise ValueError(
+            f"managed_store=False needs the trainer's store to be a LightningStoreClient of a served store "
+            f"(e.g. LightningStoreClient('http://head:4747') for `agl store`), got {type(store).__name__}"
+        )
+    return store.server_address, store.auth_token
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,38 +17,23 @@ import agentlightning as agl
 from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import EnqueueRolloutRequest, Rollout, RolloutConfig
+from tests.execution.conftest import RAY_OBJECT_STORE_BYTES
 
 ray = pytest.importorskip("ray", reason="the ray extra is part of the dev extra; install agentlightning[ray]")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-SMALL_OBJECT_STORE = 80 * 1024 * 1024
 DEADLINE_SECONDS = 60.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
-    """A head node without CPUs and two worker nodes with two CPUs each; the test process is the driver."""
-    local = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "object_store_memory": SMALL_OBJECT_STORE,
-            "include_dashboard": False,
-            # Notice a killed node within ~2 s instead of Ray's default of tens of seconds.
-            "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3},
-        },
-    )
-    for _ in range(2):
-        local.add_node(num_cpus=2, object_store_memory=SMALL_OBJECT_STORE)
-    local.wait_for_nodes()
-    ray.init(address=local.address, include_dashboard=False, logging_level="WARNING")
+def cluster(ray_cluster: Any) -> Any:
+    """The shared local cluster, with this test process connected as a Ray driver."""
+    ray.init(address=ray_cluster.address, include_dashboard=False, logging_level="WARNING")
     try:
-        yield local
+        yield ray_cluster
     finally:
         ray.shutdown()
-        local.shutdown()
 
 
 class SpanningAgent(agl.LitAgent[dict[str, Any]]):
@@ -185,7 +170,7 @@ def test_killing_a_node_mid_rollout_restarts_its_runner_and_retries_the_attempt_
     try:
         _trainer(strategy, algorithm, store).fit(SpanningAgent(steps=6, step_seconds=0.25))
     finally:
-        cluster.add_node(num_cpus=2, object_store_memory=SMALL_OBJECT_STORE)
+        cluster.add_node(num_cpus=2, object_store_memory=RAY_OBJECT_STORE_BYTES)
 
     results: list[Rollout] = observed["results"]
     assert [r.status for r in results] == ["succeeded"] * 8
