@@ -198,17 +198,69 @@ async def _running_rollout_of(store: agl.LightningStore, rollout_ids: list[str],
 
 
 def test_algorithm_crash_stops_every_actor(cluster: Any) -> None:
-    strategy = RayExecutionStrategy(n_runners=2, num_cpus=1, graceful_timeout=5.0)
     pids: list[int] = []
+    holder: dict[str, RayExecutionStrategy] = {}
 
     @agl.algo
     async def algorithm(*, store: agl.LightningStore) -> None:
-        pids.extend(loc["pid"] for loc in await asyncio.to_thread(_actor_locations, strategy))
+        pids.extend(loc["pid"] for loc in await asyncio.to_thread(_actor_locations, holder["strategy"]))
         raise RuntimeError("algorithm exploded")
 
+    # The same script as with strategy="cs": only the strategy spec changes.
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=InMemoryLightningStore(thread_safe=True),
+        strategy={"type": "ray", "num_cpus": 1, "graceful_timeout": 5.0},
+        n_runners=2,
+        tracer=agl.OtelTracer(),
+        runner={"poll_interval": 0.1},
+    )
+    assert isinstance(trainer.strategy, RayExecutionStrategy)
+    holder["strategy"] = trainer.strategy
     with pytest.raises(RuntimeError, match="algorithm exploded"):
-        _trainer(strategy, algorithm, InMemoryLightningStore(thread_safe=True)).fit(SpanningAgent())
-    _assert_no_actor_left(strategy, pids)
+        trainer.fit(SpanningAgent())
+    _assert_no_actor_left(trainer.strategy, pids)
+
+
+def test_ctrl_c_in_the_training_process_leaves_no_actor(cluster: Any) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    namespace = f"agl-sigint-{uuid.uuid4().hex[:8]}"
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.execution.ray_child", cluster.address, namespace],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line, "the training process exited before its runners started"
+        started = json.loads(line)
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert child.returncode != 0, "Ctrl+C propagates as an interruption"
+    for qualified in started["names"]:
+        _, name = qualified.split("/", 1)
+        with pytest.raises(ValueError):
+            ray.get_actor(name, namespace=namespace)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in started["pids"]):
+        time.sleep(0.2)
+    assert not [pid for pid in started["pids"] if psutil.pid_exists(pid)]
 
 
 def test_unpicklable_runner_fails_before_any_actor_starts() -> None:
