@@ -45,8 +45,20 @@ _LOCATIONS = {
 }
 
 
+_GPU_MODULES = ("trainer", "entrypoint")
+
+
 def __getattr__(name: str) -> Any:
     module = _LOCATIONS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        loaded = importlib.import_module(f"{__name__}.{module}")
+    except ImportError as exc:
+        if module not in _GPU_MODULES:
+            raise
+        raise ImportError(
+            f"agentlightning.verl.{name} needs verl with its GPU stack ({exc}); "
+            "install it with: pip install 'agentlightning[verl]'"
+        ) from exc
+    return getattr(loaded, name)

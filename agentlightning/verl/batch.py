@@ -101,8 +101,9 @@ class TrajectorySampleBuilder:
     A call whose prompt does not extend the running sequence starts a new sample (`mismatches` counts them).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, mismatch_log_dir: Optional[str] = None) -> None:
         self.mismatches = 0
+        self.mismatch_log_dir = mismatch_log_dir
 
     def build(self, rollout: FinishedRollout) -> list[TokenSample]:
         samples: list[TokenSample] = []
@@ -117,6 +118,7 @@ class TrajectorySampleBuilder:
                     current.response_mask += [0] * len(between) + [1] * len(response_ids)
                     continue
                 self.mismatches += 1
+                self._log_mismatch(rollout, turn_index, so_far, prompt_ids)
             current = TokenSample(
                 prompt_ids=prompt_ids,
                 response_ids=list(response_ids),
@@ -129,13 +131,29 @@ class TrajectorySampleBuilder:
             samples.append(current)
         return samples
 
+    def _log_mismatch(self, rollout: FinishedRollout, turn_index: int, so_far: list[int], prompt: list[int]) -> None:
+        """With `mismatch_log_dir`, write the two sequences as JSON to see where a chat template re-renders."""
+        if self.mismatch_log_dir is None:
+            return
+        import json
+        import os
 
-def make_sample_builder(level: str) -> SampleBuilder:
+        os.makedirs(self.mismatch_log_dir, exist_ok=True)
+        common = next(
+            (i for i, (a, b) in enumerate(zip(so_far, prompt, strict=False)) if a != b), min(len(so_far), len(prompt))
+        )
+        path = os.path.join(self.mismatch_log_dir, f"{rollout.rollout_id}-turn{turn_index}.json")
+        with open(path, "w") as handle:
+            json.dump({"rollout_id": rollout.rollout_id, "turn": turn_index, "first_difference": common,
+                       "previous_prompt_and_response": so_far, "prompt": prompt}, handle)  # fmt: skip
+
+
+def make_sample_builder(level: str, mismatch_log_dir: Optional[str] = None) -> SampleBuilder:
     """The builder for `agentlightning.trace_aggregator.level` ("transition" or "trajectory")."""
     if level == "transition":
         return TransitionSampleBuilder()
     if level == "trajectory":
-        return TrajectorySampleBuilder()
+        return TrajectorySampleBuilder(mismatch_log_dir)
     raise ValueError(f"trace_aggregator.level must be 'transition' or 'trajectory', got {level!r}")
 
 

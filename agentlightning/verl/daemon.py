@@ -51,6 +51,7 @@ class AgentModeDaemon:
             `TracerTraceToTriplet`, the proxy to a new `LLMProxy` writing to `store`).
         sample_builder: how a rollout becomes samples; default from `trace_aggregation`.
         trace_aggregation: "transition" (one sample per LLM call) or "trajectory" (one per rollout).
+        mismatch_log_dir: trajectory mode: write calls that do not continue the previous one here (JSON).
         max_attempts: attempts per rollout; failures in `retry_condition` are retried up to this many.
         retry_condition: attempt statuses that requeue a rollout (default timeout and unresponsive).
         batch_timeout_seconds: give up on rollouts still unfinished this long after a batch was enqueued
@@ -75,6 +76,7 @@ class AgentModeDaemon:
         *,
         sample_builder: Optional[SampleBuilder] = None,
         trace_aggregation: str = "transition",
+        mismatch_log_dir: Optional[str] = None,
         max_attempts: int = 1,
         retry_condition: Sequence[str] = ("timeout", "unresponsive"),
         batch_timeout_seconds: Optional[float] = None,
@@ -114,7 +116,7 @@ class AgentModeDaemon:
         )
         self.batch_timeout_seconds = batch_timeout_seconds
         self.poll_interval = poll_interval
-        self.sample_builder: SampleBuilder = sample_builder or make_sample_builder(trace_aggregation)
+        self.sample_builder: SampleBuilder = sample_builder or make_sample_builder(trace_aggregation, mismatch_log_dir)
         if adapter is None:
             from agentlightning.adapter import TracerTraceToTriplet
 
@@ -371,6 +373,9 @@ class AgentModeDaemon:
             "training/n_truncated_triplets": batch.n_truncated_responses,
             "training/n_prompts_too_long": batch.n_prompts_too_long,
         }
+        mismatches = getattr(self.sample_builder, "mismatches", None)
+        if isinstance(mismatches, int):
+            metrics["training/n_trajectory_mismatches_total"] = mismatches
         return batch, metrics
 
     def get_test_metrics(self) -> dict[str, Any]:

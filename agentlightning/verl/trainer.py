@@ -74,6 +74,9 @@ class AgentLightningTrainer(RayPPOTrainer):
             llm_proxy=self.llm_proxy,
             adapter=self.adapter,
             trace_aggregation=agl_config.trace_aggregator.level,
+            mismatch_log_dir=(
+                agl_config.trace_aggregator.mismatch_log_dir if agl_config.trace_aggregator.get("debug") else None
+            ),
             max_attempts=agl_config.get("max_attempts", 1),
             batch_timeout_seconds=agl_config.get("batch_timeout_seconds"),
         )
@@ -88,6 +91,13 @@ class AgentLightningTrainer(RayPPOTrainer):
         daemon.set_up_data_and_server(batch.non_tensor_batch, self._server_addresses(), is_train=is_train)
         daemon.run_until_all_finished()
         return daemon
+
+    def _sample_lengths(self) -> tuple[int, int]:
+        """Token budgets of a sample: `data.*` per LLM call, `trace_aggregator.trajectory_*` per rollout."""
+        aggregator = self.config.agentlightning.trace_aggregator
+        if aggregator.level == "trajectory":
+            return int(aggregator.trajectory_max_prompt_length), int(aggregator.trajectory_max_response_length)
+        return int(self.config.data.max_prompt_length), int(self.config.data.max_response_length)
 
     # ---- validation ----
 
@@ -110,9 +120,10 @@ class AgentLightningTrainer(RayPPOTrainer):
             with marked_timer("gen", timing_raw):
                 daemon = self._rollouts(gen_batch, is_train=True)
                 batch: Any
+                max_prompt_length, max_response_length = self._sample_lengths()
                 batch, agent_metrics = daemon.get_train_data_batch(
-                    max_prompt_length=self.config.data.max_prompt_length,
-                    max_response_length=self.config.data.max_response_length,
+                    max_prompt_length=max_prompt_length,
+                    max_response_length=max_response_length,
                     device=gen_batch.batch["fake_ids"].device,
                 )
                 metrics.update(agent_metrics)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from agentlightning.types import Triplet
@@ -74,20 +77,23 @@ def test_transition_batch_small_case_by_hand() -> None:
     assert batch.non_tensors["data_id_list"].tolist() == ["d1", "d1", "d1"]
 
 
-def test_trajectory_builder_merges_continuing_calls_and_masks_the_tokens_in_between() -> None:
+def test_trajectory_builder_merges_continuing_calls_and_masks_the_tokens_in_between(tmp_path: Path) -> None:
     rollout = _rollout(
         "ro-t",
         "d2",
         2.0,
         [([1, 2], [3, 4]), ([1, 2, 3, 4, 5, 6], [7]), ([9, 9], [8])],  # the last call does not continue
     )
-    builder = TrajectorySampleBuilder()
+    builder = TrajectorySampleBuilder(mismatch_log_dir=str(tmp_path / "mismatches"))
     samples = builder.build(rollout)
     assert [(s.prompt_ids, s.response_ids, s.response_mask, s.turn_index) for s in samples] == [
         ([1, 2], [3, 4, 5, 6, 7], [1, 1, 0, 0, 1], 0),
         ([9, 9], [8], [1], 2),
     ]
     assert builder.mismatches == 1
+    (logged,) = (tmp_path / "mismatches").iterdir()
+    assert logged.name == "ro-t-turn2.json"
+    assert json.loads(logged.read_text())["first_difference"] == 0
     batch = build_batch(samples, max_prompt_length=2, max_response_length=6, pad_token_id=0)
     assert batch.tensors["response_mask"].tolist() == [[1, 1, 0, 0, 1, 0], [1, 0, 0, 0, 0, 0]]
     assert batch.tensors["token_level_scores"].tolist() == [[0, 0, 0, 0, 2.0, 0], [2.0, 0, 0, 0, 0, 0]]
@@ -120,3 +126,17 @@ def test_data_proto_wraps_the_same_tensors() -> None:
     assert len(proto) == 1
     assert proto.batch["token_level_scores"].tolist() == [[0.5, 0.0]]
     assert proto.non_tensor_batch["data_id_list"].tolist() == ["d"]
+
+
+def test_gpu_only_names_explain_the_missing_extra() -> None:
+    import importlib.util
+
+    import agentlightning.verl as agl_verl
+
+    assert agl_verl.AgentModeDaemon.__name__ == "AgentModeDaemon"
+    assert agl_verl.get_left_padded_ids_and_attention_mask is get_left_padded_ids_and_attention_mask
+    if importlib.util.find_spec("codetiming") is None:  # verl's trainer stack is absent on CPU machines
+        with pytest.raises(
+            ImportError, match=r"AgentLightningTrainer needs verl with its GPU stack.*agentlightning\[verl\]"
+        ):
+            agl_verl.AgentLightningTrainer  # noqa: B018
