@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
 import secrets
 import socket
 import time
@@ -82,8 +84,6 @@ class _RunnerActor:
         self._incarnation = uuid.uuid4().hex
 
     async def where(self) -> dict[str, Any]:
-        import os
-
         ray = _import_ray()
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
@@ -203,8 +203,8 @@ class RayExecutionStrategy(ExecutionStrategy):
         self.restart_timeout = restart_timeout
         self.managed_store: bool = resolve_bool_env_var(LightningEnvVar.AGL_MANAGED_STORE, managed_store, fallback=True)
         self.actors: list[RunnerActorInfo] = []
-        self._runner_ref: Any = None
         """The runner actors of the current (or last) `execute`, for inspection."""
+        self._runner_ref: Any = None
 
     def __repr__(self) -> str:
         return (
@@ -219,8 +219,9 @@ class RayExecutionStrategy(ExecutionStrategy):
         self._check_picklable(ray, runner)
         started_ray = False
         if not ray.is_initialized():
-            ray.init(address=self.address, **self.init_kwargs)
+            ray.init(address=self.address, **self._init_kwargs())
             started_ray = True
+        self._warn_if_runners_do_not_fit(ray)
         try:
             asyncio.run(self._drive(ray, algorithm, runner, store))
         except KeyboardInterrupt:
@@ -230,6 +231,33 @@ class RayExecutionStrategy(ExecutionStrategy):
             self._kill_actors(ray)
             if started_ray:
                 ray.shutdown()
+
+    def _init_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.init_kwargs)
+        starts_local = self.address is None and not os.environ.get("RAY_ADDRESS")
+        if starts_local and "num_cpus" not in kwargs:
+            # Runners mostly wait on LLMs and tools: a local Ray gets room for all of them even on a small machine.
+            kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(self.n_runners * self.num_cpus))
+        return kwargs
+
+    def _warn_if_runners_do_not_fit(self, ray: Any) -> None:
+        """Runners that cannot be placed wait silently in Ray; say so up front (an autoscaler may still add nodes)."""
+        available: dict[str, float] = ray.cluster_resources()
+        wanted = {"CPU": self.num_cpus, "GPU": self.num_gpus, **self.resources}
+        for kind, per_runner in wanted.items():
+            if per_runner <= 0:
+                continue
+            total = float(available.get(kind, 0.0))
+            if total < per_runner * self.n_runners:
+                logger.warning(
+                    "The Ray cluster has %s %s in all, but %d runners ask for %s each: only %d can run until "
+                    "nodes are added",
+                    total,
+                    kind,
+                    self.n_runners,
+                    per_runner,
+                    int(total // per_runner),
+                )
 
     @staticmethod
     def _check_picklable(ray: Any, runner: RunnerBundle) -> None:

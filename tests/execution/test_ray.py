@@ -277,6 +277,32 @@ def test_unpicklable_runner_fails_before_any_actor_starts() -> None:
     assert strategy.actors == []
 
 
+def test_runners_that_cannot_be_placed_are_reported_and_shut_down(
+    cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    strategy = RayExecutionStrategy(n_runners=2, resources={"accelerator": 1}, graceful_timeout=1.0)
+
+    @agl.algo
+    async def algorithm(*, store: agl.LightningStore) -> None:
+        await asyncio.sleep(0.5)
+
+    with caplog.at_level("WARNING", logger="agentlightning.execution.ray_strategy"):
+        _trainer(strategy, algorithm, InMemoryLightningStore(thread_safe=True)).fit(SpanningAgent())
+    assert "0.0 accelerator in all, but 2 runners ask for 1 each: only 0 can run" in caplog.text
+    for info in strategy.actors:
+        namespace, name = info.name.split("/", 1)
+        with pytest.raises(ValueError):
+            ray.get_actor(name, namespace=namespace)
+
+
+def test_a_local_ray_gets_room_for_every_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    strategy = RayExecutionStrategy(n_runners=64, num_cpus=0.5)
+    assert strategy._init_kwargs()["num_cpus"] >= 32
+    assert "num_cpus" not in RayExecutionStrategy(n_runners=64, address="auto")._init_kwargs()
+    assert RayExecutionStrategy(n_runners=64, init_kwargs={"num_cpus": 3})._init_kwargs()["num_cpus"] == 3
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
