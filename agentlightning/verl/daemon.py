@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SET_UP_TIMEOUT_SECONDS = 60.0
+_MAX_CONSECUTIVE_STORE_ERRORS = 30
 
 
 class AgentModeDaemon:
@@ -257,9 +258,21 @@ class AgentModeDaemon:
 
     async def _wait(self, verbose: bool) -> None:
         last_report = 0.0
+        store_errors = 0
         while len(self._finished) < len(self._data_id_of):
             pending = [rid for rid in self._data_id_of if rid not in self._finished]
-            for rollout in await self.store.wait_for_rollouts(rollout_ids=pending, timeout=0):
+            try:
+                terminal = await self.store.wait_for_rollouts(rollout_ids=pending, timeout=0)
+                store_errors = 0
+            except Exception:
+                # A store behind HTTP can blip (restart, network); keep waiting, but not forever.
+                store_errors += 1
+                if store_errors > _MAX_CONSECUTIVE_STORE_ERRORS:
+                    raise
+                logger.warning("Polling the store failed (%d in a row); retrying", store_errors, exc_info=True)
+                await asyncio.sleep(self.poll_interval)
+                continue
+            for rollout in terminal:
                 if rollout.rollout_id in self._finished or rollout.rollout_id not in self._data_id_of:
                     continue
                 self._finished[rollout.rollout_id] = await self._finish(rollout.rollout_id, rollout.status)

@@ -50,11 +50,28 @@ async def two_turn_agent(task: dict[str, Any], llm: LLM, rollout: agl.Rollout) -
     return float(task["target"])
 
 
+class FlakyStore(InMemoryLightningStore):
+    """Fails the first `failures` polls for finished rollouts, like a store server restarting."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(thread_safe=True, scan_debounce_seconds=0.2)
+        self.failures = failures
+
+    async def wait_for_rollouts(self, *, rollout_ids: list[str], timeout: Optional[float] = None) -> list[Any]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("store server restarting")
+        return await super().wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)
+
+
 def run_with_daemon(
-    scenario: Callable[[AgentModeDaemon, OpenAITestServer], None], n_runners: int = 2, **daemon_kwargs: Any
+    scenario: Callable[[AgentModeDaemon, OpenAITestServer], None],
+    n_runners: int = 2,
+    store: Optional[InMemoryLightningStore] = None,
+    **daemon_kwargs: Any,
 ) -> None:
     """Run `scenario(daemon, backend)` as the algorithm of a Trainer whose runners serve the daemon's rollouts."""
-    store = InMemoryLightningStore(thread_safe=True, scan_debounce_seconds=0.2)
+    store = store or InMemoryLightningStore(thread_safe=True, scan_debounce_seconds=0.2)
     with OpenAITestServer(model=MODEL) as backend:
 
         @agl.algo
@@ -221,6 +238,19 @@ def test_batch_timeout_cancels_stragglers_and_reports_them() -> None:
     assert metrics["training/n_rollouts"] == 1 and metrics["training/n_rollouts_cancelled"] == 1
     assert sorted(result["daemon"].values()) == ["cancelled", "succeeded"]
     assert result["stored"] == result["daemon"], "the straggler is cancelled in the store too"
+
+
+def test_store_errors_while_waiting_are_retried() -> None:
+    result: dict[str, Any] = {}
+    store = FlakyStore(failures=3)
+
+    def scenario(daemon: AgentModeDaemon, backend: OpenAITestServer) -> None:
+        daemon.set_up_data_and_server(data(["ok"], [1.0]), [address(backend)])
+        daemon.run_until_all_finished()
+        result["counts"] = daemon.status_counts()
+
+    run_with_daemon(scenario, train_rollout_n=1, store=store)
+    assert result["counts"] == {"succeeded": 1} and store.failures == 0
 
 
 def test_trajectory_mode_makes_one_masked_sample_per_rollout() -> None:
