@@ -213,6 +213,7 @@ def make_strategy(args: argparse.Namespace, managed: bool) -> Any:
         ray.cloudpickle.register_pickle_by_value(sys.modules[SyntheticAgent.__module__])
         return agl.RayExecutionStrategy(
             n_runners=args.n_runners,
+            address="local",  # a fresh Ray for the run, never a cluster already running on this machine
             num_cpus=0.5,
             server_host="127.0.0.1",
             server_port=args.port or _free_port(),

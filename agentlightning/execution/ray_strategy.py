@@ -219,7 +219,7 @@ class RayExecutionStrategy(ExecutionStrategy):
         self._check_picklable(ray, runner)
         started_ray = False
         if not ray.is_initialized():
-            ray.init(address=self.address, **self._init_kwargs())
+            ray.init(address=self._init_address(), **self._init_kwargs())
             started_ray = True
         self._warn_if_runners_do_not_fit(ray)
         try:
@@ -232,10 +232,18 @@ class RayExecutionStrategy(ExecutionStrategy):
             if started_ray:
                 ray.shutdown()
 
+    def _init_address(self) -> Optional[str]:
+        """`address`, else `RAY_ADDRESS` (None lets Ray read it), else "local": a fresh Ray for this run.
+
+        Ray itself would join any cluster already running on this machine when given no address.
+        """
+        if self.address is not None:
+            return self.address
+        return None if os.environ.get("RAY_ADDRESS") else "local"
+
     def _init_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.init_kwargs)
-        starts_local = self.address is None and not os.environ.get("RAY_ADDRESS")
-        if starts_local and "num_cpus" not in kwargs:
+        if self._init_address() == "local" and "num_cpus" not in kwargs:
             # Runners mostly wait on LLMs and tools: a local Ray gets room for all of them even on a small machine.
             kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(self.n_runners * self.num_cpus))
         return kwargs
