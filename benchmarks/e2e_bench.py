@@ -1,4 +1,7 @@
-"""End-to-end training throughput: Trainer + client-server strategy + N runner processes + a synthetic agent.
+"""End-to-end training throughput: Trainer + an execution strategy + N runners + a synthetic agent.
+
+Strategies: `cs` (client-server: runner processes forked from the trainer) or `ray` (runner actors on a
+local Ray instance started for the run, reaching the store server over HTTP like on a cluster).
 
 Mirrors the reference `benchmark_store` workload: the algorithm enqueues rollouts in batches, runner
 processes execute a synthetic agent that opens `--max-rounds` OpenTelemetry spans with random
@@ -11,17 +14,20 @@ Run:
         --sleep-seconds 0 --backend memory
     python benchmarks/e2e_bench.py --backend sqlite ...
     agl store --port 4747 &  python benchmarks/e2e_bench.py --store-url http://127.0.0.1:4747 ...
+    python benchmarks/e2e_bench.py --compare-strategies --n-runners 4 --json runs/e2e_strategies.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import random
 import socket
 import string
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -199,19 +205,43 @@ def make_store(args: argparse.Namespace, tmpdir: str) -> tuple[agl.LightningStor
     return InMemoryLightningStore(thread_safe=True), True
 
 
+def make_strategy(args: argparse.Namespace, managed: bool) -> Any:
+    if args.strategy == "ray":
+        import ray.cloudpickle
+
+        # Runner actors unpickle the agent; this file is not importable there, so ship it by value.
+        ray.cloudpickle.register_pickle_by_value(sys.modules[SyntheticAgent.__module__])
+        return agl.RayExecutionStrategy(
+            n_runners=args.n_runners,
+            address="local",  # a fresh Ray for the run, never a cluster already running on this machine
+            num_cpus=0.5,
+            server_host="127.0.0.1",
+            server_port=args.port or _free_port(),
+            managed_store=managed,
+            graceful_timeout=5.0,
+            init_kwargs={
+                "num_cpus": args.n_runners,
+                "include_dashboard": False,
+                "object_store_memory": 80 * 1024 * 1024,
+                "logging_level": "WARNING",
+            },
+        )
+    return agl.ClientServerExecutionStrategy(
+        role="both",
+        server_host="127.0.0.1",
+        server_port=args.port or _free_port(),
+        n_runners=args.n_runners,
+        managed_store=managed,
+        graceful_timeout=5.0,
+        terminate_timeout=5.0,
+    )
+
+
 def run(args: argparse.Namespace) -> BenchResult:
     result = BenchResult()
     with tempfile.TemporaryDirectory(prefix="agl-e2e-bench-") as tmpdir:
         store, managed = make_store(args, tmpdir)
-        strategy = agl.ClientServerExecutionStrategy(
-            role="both",
-            server_host="127.0.0.1",
-            server_port=args.port or _free_port(),
-            n_runners=args.n_runners,
-            managed_store=managed,
-            graceful_timeout=5.0,
-            terminate_timeout=5.0,
-        )
+        strategy = make_strategy(args, managed)
         runner = {
             "type": "agentlightning.runner.LitAgentRunner",
             "poll_interval": args.poll_interval,
@@ -228,9 +258,31 @@ def run(args: argparse.Namespace) -> BenchResult:
     return result
 
 
+def summary(args: argparse.Namespace, result: BenchResult) -> dict[str, Any]:
+    return {
+        "strategy": args.strategy,
+        "backend": args.store_url or args.backend,
+        "mode": args.mode,
+        "n_runners": args.n_runners,
+        "max_rounds": args.max_rounds,
+        "sleep_seconds": args.sleep_seconds,
+        "total_tasks": args.total_tasks,
+        "batch_size": args.batch_size,
+        "rollouts": result.rollouts,
+        "succeeded": result.succeeded,
+        "spans": result.spans,
+        "missing_spans": result.missing_spans,
+        "elapsed_s": round(result.elapsed, 3),
+        "rollouts_per_s": round(result.rollouts / result.elapsed, 2),
+        "spans_per_s": round(result.spans / result.elapsed, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
 def print_report(args: argparse.Namespace, result: BenchResult) -> None:
     backend = f"external {args.store_url}" if args.store_url else args.backend
     rows = [
+        ("strategy", args.strategy),
         ("backend", backend),
         ("mode", args.mode),
         ("runners x rounds x sleep", f"{args.n_runners} x {args.max_rounds} x {args.sleep_seconds}s"),
@@ -263,6 +315,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--store-url", default=None, help="use an external store (e.g. `agl store`) instead")
     parser.add_argument("--port", type=int, default=None, help="port of the managed store server (default: free)")
     parser.add_argument("--poll-interval", type=float, default=0.05, help="runner poll interval on an empty queue")
+    parser.add_argument("--strategy", choices=["cs", "ray"], default="cs", help="execution strategy (default cs)")
+    parser.add_argument(
+        "--compare-strategies", action="store_true", help="run cs then ray with the same settings; print both"
+    )
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     for name in ("total_tasks", "batch_size", "n_runners"):
@@ -273,11 +330,30 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    print(f"{'strategy':<10}{'rollouts':>10}{'spans':>8}{'elapsed s':>11}{'rollouts/s':>12}{'spans/s':>10}{'load':>7}")
+    for row in rows:
+        print(
+            f"{row['strategy']:<10}{row['rollouts']:>10}{row['spans']:>8}{row['elapsed_s']:>11.2f}"
+            f"{row['rollouts_per_s']:>12.1f}{row['spans_per_s']:>10.1f}{row['load_avg_1m']:>7.2f}"
+        )
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING)
-    result = run(args)
-    print_report(args, result)
+    rows: list[dict[str, Any]] = []
+    for strategy in ["cs", "ray"] if args.compare_strategies else [args.strategy]:
+        args.strategy = strategy
+        result = run(args)
+        print_report(args, result)
+        rows.append(summary(args, result))
+    if len(rows) > 1:
+        print_comparison(rows)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=2)
 
 
 if __name__ == "__main__":

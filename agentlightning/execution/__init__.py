@@ -5,12 +5,14 @@ from __future__ import annotations
 from .base import ExecutionStrategy
 from .client_server import ClientServerExecutionStrategy
 from .events import ExecutionEvent, MultiprocessingEvent, ThreadingEvent
+from .ray_strategy import RayExecutionStrategy
 from .shared_memory import SharedMemoryExecutionStrategy
 
 __all__ = [
     "ExecutionStrategy",
     "ClientServerExecutionStrategy",
     "SharedMemoryExecutionStrategy",
+    "RayExecutionStrategy",
     "ExecutionEvent",
     "ThreadingEvent",
     "MultiprocessingEvent",

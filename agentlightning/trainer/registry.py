@@ -9,6 +9,7 @@ ExecutionStrategyRegistry: dict[str, str] = {
     "shared_memory": "agentlightning.execution.shared_memory.SharedMemoryExecutionStrategy",
     "cs": "agentlightning.execution.client_server.ClientServerExecutionStrategy",
     "client_server": "agentlightning.execution.client_server.ClientServerExecutionStrategy",
+    "ray": "agentlightning.execution.ray_strategy.RayExecutionStrategy",
 }
 
 TracerRegistry: dict[str, str] = {

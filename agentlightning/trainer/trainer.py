@@ -19,6 +19,7 @@ from agentlightning.algorithm.fast import FastAlgorithm
 from agentlightning.execution.base import ExecutionStrategy
 from agentlightning.execution.client_server import ClientServerExecutionStrategy
 from agentlightning.execution.events import ExecutionEvent
+from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
 from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
@@ -215,7 +216,8 @@ class Trainer(TrainerLegacy):
         return strategy
 
     def _make_store(self, spec: ComponentSpec) -> LightningStore:
-        thread_safe = isinstance(self.strategy, ClientServerExecutionStrategy)
+        # Strategies that serve the store over HTTP touch it from the server thread and the algorithm's loop.
+        thread_safe = isinstance(self.strategy, (ClientServerExecutionStrategy, RayExecutionStrategy))
 
         def default_store() -> LightningStore:
             from agentlightning.store.memory import InMemoryLightningStore
@@ -357,9 +359,8 @@ class Trainer(TrainerLegacy):
                 except Exception:  # the summary is a courtesy; it must never fail a finished run
                     logger.warning("Could not summarize the run", exc_info=True)
 
-        async def runner_bundle(store: LightningStore, worker_id: int, event: ExecutionEvent) -> None:
-            await self._run_runner(agent, store, worker_id, event)
-
+        copy_per_worker = isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.n_runners > 1
+        runner_bundle = _RunnerBundle(self.runner, agent, self.hooks, copy_per_worker)
         self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
         if self.summary and self.last_summary is not None:
             print(self.last_summary.render(), flush=True)
@@ -396,17 +397,26 @@ class Trainer(TrainerLegacy):
         if inspect.isawaitable(result):
             await result
 
-    def _runner_for_worker(self, worker_id: int) -> Runner[Any]:
+
+class _RunnerBundle:
+    """The runner side of `Trainer.fit`: picklable (no reference to the trainer), so a strategy can ship it
+    to another process or machine (Ray actors)."""
+
+    def __init__(self, runner: Runner[Any], agent: LitAgent[Any], hooks: tuple[Hook, ...], copy_per_worker: bool):
+        self.runner = runner
+        self.agent = agent
+        self.hooks = hooks
+        self.copy_per_worker = copy_per_worker
+
+    def runner_for_worker(self, worker_id: int) -> Runner[Any]:
         """The runner instance for a worker: its own shallow copy when several share this process."""
-        if worker_id == 0 or not isinstance(self.strategy, SharedMemoryExecutionStrategy) or self.n_runners == 1:
+        if worker_id == 0 or not self.copy_per_worker:
             return self.runner
         return copy.copy(self.runner)
 
-    async def _run_runner(
-        self, agent: LitAgent[Any], store: LightningStore, worker_id: int, event: ExecutionEvent
-    ) -> None:
-        runner = self._runner_for_worker(worker_id)
-        runner.init(agent=agent, hooks=list(self.hooks))
+    async def __call__(self, store: LightningStore, worker_id: int, event: ExecutionEvent) -> None:
+        runner = self.runner_for_worker(worker_id)
+        runner.init(agent=self.agent, hooks=list(self.hooks))
         try:
             runner.init_worker(worker_id, store)
             try:

@@ -54,3 +54,19 @@ def test_client_server_run_leaves_no_http_session_open(capfd: pytest.CaptureFixt
     err = capfd.readouterr().err
     assert "Unclosed client session" not in err
     assert "Unclosed connector" not in err
+
+
+@pytest.mark.slow
+def test_strategy_comparison_writes_a_json_row_per_strategy(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the ray extra is part of the dev extra")
+    bench = _load_bench()
+    out = tmp_path / "bench.json"
+    bench.main(
+        ["--compare-strategies", "--total-tasks", "6", "--batch-size", "3", "--n-runners", "2",
+         "--max-rounds", "1", "--json", str(out)]
+    )  # fmt: skip
+    import json
+
+    rows = json.loads(out.read_text())
+    assert [row["strategy"] for row in rows] == ["cs", "ray"]
+    assert all((row["rollouts"], row["succeeded"], row["spans"]) == (6, 6, 12) for row in rows)
