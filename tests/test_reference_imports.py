@@ -62,7 +62,7 @@ REFERENCE_MODULES: list[tuple[str, tuple[str, ...]]] = [
     ("agentlightning.utils.server_launcher", ("PythonServerLauncher", "PythonServerLauncherArgs")),
     ("agentlightning.utils.system_snapshot", ()),
     ("agentlightning.instrumentation.litellm", ()),
-    ("agentlightning.verl", ("AgentLightningTrainer", "AgentModeDaemon")),
+    ("agentlightning.verl", ("AgentModeDaemon", "get_left_padded_ids_and_attention_mask", "load_default_config")),
 ]
 
 # Documented in the seeds but intentionally not provided (see docs/differences-from-v0.3.md):
