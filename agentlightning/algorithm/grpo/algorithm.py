@@ -233,10 +233,15 @@ class GRPO(Algorithm):
         counters: Dict[str, int] = {}
         samples = samples_from_rollouts(
             groups,
+            aggregation=cfg.aggregation,
+            advantage_level=cfg.advantage_level,
             turn_discount=cfg.turn_discount,
             scale_advantages=cfg.scale_advantages,
             reward_fill_value=cfg.reward_fill_value,
             eps=cfg.advantage_eps,
+            max_prompt_length=cfg.max_prompt_length,
+            max_response_length=cfg.max_response_length,
+            decode=self._decode,
             stats=counters,
         )
         for group in groups:
@@ -260,11 +265,16 @@ class GRPO(Algorithm):
                 "rollouts_per_s": len(rollout_keys) / rollout_time if rollout_time > 0 else 0.0,
                 "generation_tokens_per_s": response_tokens / rollout_time if rollout_time > 0 else 0.0,
                 "triplets_skipped": float(counters.get("skipped_triplets", 0)),
+                **_row_metrics(counters, samples, len(groups)),
                 "step_time_s": time.perf_counter() - started,
                 "weights_version": float(server.weights_version),
             }
         )
         return metrics
+
+    def _decode(self, ids: List[int]) -> str:
+        assert self.learner is not None
+        return str(self.learner.tokenizer.decode(ids))
 
     def _locked_update(self, samples: Sequence[Any]) -> Dict[str, float]:
         assert self.learner is not None and self.server is not None
@@ -367,6 +377,23 @@ class GRPO(Algorithm):
 
 def _failed(rollout: Optional[Rollout]) -> bool:
     return rollout is not None and rollout.status in ("failed", "cancelled")
+
+
+def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int) -> Dict[str, float]:
+    """Rows vs LLM calls (transitions), continuity breaks by cause, limits hit, and tokens per rollout."""
+    per_rollout = max(1, rollouts)
+    metrics = {
+        "transitions": float(counters.get("triplets", 0) - counters.get("skipped_triplets", 0)),
+        "rows": float(counters.get("rows", 0)),
+        "rows_dropped_prompt_too_long": float(counters.get("rows_dropped_prompt_too_long", 0)),
+        "rows_truncated": float(counters.get("rows_truncated", 0)),
+        "trained_tokens_per_rollout": sum(s.trained_tokens for s in samples) / per_rollout,
+        "row_tokens_per_rollout": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples) / per_rollout,
+    }
+    for key, value in counters.items():
+        if key.startswith("breaks_"):
+            metrics[key] = float(value)
+    return metrics
 
 
 def _total_reward(rewards: Sequence[Optional[float]], fill_value: float) -> float:

@@ -30,7 +30,13 @@ class GRPOConfig:
     val_temperature: float = 0.0
     """Sampling temperature for validation rollouts (0: greedy)."""
 
-    # Advantages
+    # Rows and advantages
+    aggregation: Literal["trajectory", "transition"] = "trajectory"
+    """How a rollout's LLM calls become training rows: merged while their token ids are continuous
+    ("trajectory"), or one row per call ("transition"); see `algorithm/grpo/batch.py`."""
+    advantage_level: Literal["rollout", "turn"] = "rollout"
+    """"rollout": one advantage per rollout (its total return vs its group) on all its rows; "turn": each
+    row gets the advantage of its first call's discounted return-to-go."""
     turn_discount: float = 1.0
     """gamma: per-turn discount of later rewards in a multi-turn rollout (1.0: every turn gets the return)."""
     scale_advantages: bool = True
@@ -48,6 +54,8 @@ class GRPOConfig:
     """Clip the global gradient norm (None: no clipping)."""
     epochs_per_batch: int = 1
     """mu: optimisation passes over each batch of samples."""
+    max_updates_per_batch: Optional[int] = None
+    """Cap on optimizer steps per batch, across all epochs (None: no cap)."""
     micro_batch_size: int = 4
     """Samples per forward/backward pass."""
     gradient_accumulation_steps: Optional[int] = None
@@ -60,12 +68,13 @@ class GRPOConfig:
     """beta: weight of the k3 KL estimate to the reference policy (0: no reference model needed)."""
     entropy_coef: float = 0.0
     """Bonus for token entropy (0: entropy is only logged)."""
-    loss_aggregation: Literal["token-mean", "sequence-mean"] = "token-mean"
-    """Average the per-token loss over all tokens of an optimizer step, or per sequence then over sequences."""
+    loss_aggregation: Literal["rollout-mean", "token-mean", "sequence-mean"] = "rollout-mean"
+    """Every rollout weighs the same ("rollout-mean": each row's token sum / its rollout's trained tokens,
+    / rollouts of the step), or the mean over all tokens of the step, or per row then over rows."""
     max_prompt_length: int = 1024
-    """Prompt tokens kept per sample (older tokens are cut from the left)."""
+    """A row whose (first) prompt is longer is dropped (counted in `rows_dropped_prompt_too_long`)."""
     max_response_length: int = 512
-    """Response tokens trained per sample (the rest is cut)."""
+    """Tokens after the prompt kept per row (the rest is cut, counted in `rows_truncated`)."""
 
     # LoRA (peft)
     lora_rank: int = 0
@@ -110,8 +119,16 @@ class GRPOConfig:
             raise ValueError(
                 f"gradient_accumulation_steps must be >= 1 or None, got {self.gradient_accumulation_steps}"
             )
-        if self.loss_aggregation not in ("token-mean", "sequence-mean"):
-            raise ValueError(f"loss_aggregation must be 'token-mean' or 'sequence-mean', got {self.loss_aggregation!r}")
+        if self.max_updates_per_batch is not None and self.max_updates_per_batch < 1:
+            raise ValueError(f"max_updates_per_batch must be >= 1 or None, got {self.max_updates_per_batch}")
+        choices = {
+            "loss_aggregation": ("rollout-mean", "token-mean", "sequence-mean"),
+            "aggregation": ("trajectory", "transition"),
+            "advantage_level": ("rollout", "turn"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Union
 
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
-from .batch import Sample, collate, truncate_sample
+from .batch import Sample, collate, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import grpo_loss, token_logprobs
 
@@ -133,11 +133,13 @@ class GRPOLearner:
                 replace(s, ref_logprobs=r) for s, r in zip(prepared, self.score(prepared, reference=True), strict=False)
             ]
 
+        weights = rollout_row_weights(prepared)
         order_generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.global_step)
         sums: Dict[str, float] = defaultdict(float)
         grad_norms: List[float] = []
         losses: List[float] = []
         tokens_seen = 0
+        max_updates = cfg.max_updates_per_batch or math.inf
         self.policy.train()
         try:
             for _epoch in range(cfg.epochs_per_batch):
@@ -145,13 +147,18 @@ class GRPOLearner:
                 micro = [order[i : i + cfg.micro_batch_size] for i in range(0, len(order), cfg.micro_batch_size)]
                 per_step = cfg.gradient_accumulation_steps or len(micro)
                 for first in range(0, len(micro), per_step):
+                    if len(losses) >= max_updates:
+                        break
                     group = micro[first : first + per_step]
-                    members = [prepared[i] for indices in group for i in indices]
-                    num_tokens = float(sum(len(s.response_ids) for s in members))
+                    members = [i for indices in group for i in indices]
+                    num_tokens = float(sum(prepared[i].trained_tokens for i in members))
+                    total_weight = sum(weights[i] * prepared[i].trained_tokens for i in members)
                     self.optimizer.zero_grad(set_to_none=True)
                     step_loss = 0.0
                     for indices in group:
-                        batch = collate([prepared[i] for i in indices], self.pad_token_id).to(self.device)
+                        batch = collate(
+                            [prepared[i] for i in indices], self.pad_token_id, [weights[i] for i in indices]
+                        ).to(self.device)
                         logits = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
                         if cfg.entropy_coef:
                             logprobs, entropy = token_logprobs(
@@ -177,6 +184,8 @@ class GRPOLearner:
                             aggregation=cfg.loss_aggregation,
                             num_tokens=num_tokens,
                             num_sequences=float(len(members)),
+                            row_weights=batch.row_weights,
+                            total_weight=total_weight,
                         )
                         out.loss.backward()
                         step_loss += float(out.loss.item())
@@ -206,7 +215,8 @@ class GRPOLearner:
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "optimizer_steps": float(len(losses)),
             "samples": float(len(prepared)),
-            "response_tokens": float(sum(len(s.response_ids) for s in prepared)),
+            "response_tokens": float(sum(s.trained_tokens for s in prepared)),
+            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in prepared)),
             "old_logprobs_recomputed": float(len(missing)),
             "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
             "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,

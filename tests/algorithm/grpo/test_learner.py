@@ -202,3 +202,25 @@ def test_a_step_without_samples_explains_what_to_check() -> None:
     model, tokenizer = tiny_model()
     with pytest.raises(ValueError, match="token ids"):
         GRPOLearner(model, tokenizer, _config()).step([])
+
+
+def test_max_updates_per_batch_caps_the_optimizer_steps() -> None:
+    model, tokenizer = tiny_model()
+    config = _config(epochs_per_batch=3, gradient_accumulation_steps=1, micro_batch_size=2, max_updates_per_batch=4)
+    metrics = GRPOLearner(model, tokenizer, config).step(_samples(6))
+    assert metrics["optimizer_steps"] == 4  # 3 epochs x 3 micro-batches would be 9
+    with pytest.raises(ValueError, match="max_updates_per_batch"):
+        _config(max_updates_per_batch=0)
+
+
+def test_rollout_mean_gradient_does_not_depend_on_how_a_rollout_is_split_into_rows() -> None:
+    # The same rollout as one row, or as one row per turn (same tokens trained): equal weight, equal loss.
+    merged = Sample([1, 5, 6], [7, 8, 9, 10], 1.0, loss_mask=[1, 1, 0, 1], rollout_id="a")
+    split = [Sample([1, 5, 6], [7, 8], 1.0, rollout_id="a"), Sample([1, 5, 6, 7, 8, 9], [10], 1.0, rollout_id="a")]
+    other = Sample([1, 11], [12], -1.0, rollout_id="b")
+    losses = []
+    for rows in ([merged, other], [*split, other]):
+        model, tokenizer = tiny_model()
+        learner = GRPOLearner(model, tokenizer, _config(loss_aggregation="rollout-mean", micro_batch_size=8))
+        losses.append(learner.step(rows)["loss"])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
