@@ -35,6 +35,7 @@ __all__ = [
     "classify_break",
     "merge_turns",
     "break_counts",
+    "observation_keys",
 ]
 
 BreakCause = Literal["chat_template", "retokenization", "other"]
@@ -67,6 +68,8 @@ class TrajectoryRow:
     logprobs: Optional[List[float]]
     turns: List[int] = field(default_factory=lambda: [])
     """Indices of the calls merged into this row, in order."""
+    response_starts: List[int] = field(default_factory=lambda: [])
+    """Offset in `response_ids` where each merged call's response begins (aligned with `turns`)."""
 
     @property
     def trained_tokens(self) -> int:
@@ -181,6 +184,7 @@ def merge_turns(
                 else:
                     current.logprobs = None
                 current.turns.append(turn.index)
+                current.response_starts.append(len(current.response_ids) - len(turn.response_ids))
                 last = turn
                 continue
             breaks.append(
@@ -199,6 +203,7 @@ def merge_turns(
             loss_mask=[1] * len(turn.response_ids),
             logprobs=None if turn.logprobs is None else list(turn.logprobs),
             turns=[turn.index],
+            response_starts=[0],
         )
         rows.append(current)
         last = turn
@@ -209,3 +214,18 @@ def break_counts(breaks: Sequence[ContinuityBreak]) -> dict[str, int]:
     """Number of breaks per cause (every cause listed, zeros included)."""
     counts = Counter(b.cause for b in breaks)
     return {cause: counts.get(cause, 0) for cause in BREAK_CAUSES}
+
+
+def observation_keys(turns: Sequence[TurnTokens]) -> List[Tuple[int, ...]]:
+    """What each call saw that the previous call did not: the tokens its prompt adds after the previous
+    prompt + response (tool results, user turn), or its whole prompt when it does not extend them.
+    Identical keys across a group's rollouts are the anchor states of step-level credit."""
+    keys: List[Tuple[int, ...]] = []
+    previous: Optional[List[int]] = None
+    for turn in turns:
+        if previous is not None and _first_mismatch(previous, turn.prompt_ids) is None:
+            keys.append(tuple(turn.prompt_ids[len(previous) :]))
+        else:
+            keys.append(tuple(turn.prompt_ids))
+        previous = turn.prompt_ids + turn.response_ids
+    return keys

@@ -239,6 +239,7 @@ class GRPO(Algorithm):
             scale_advantages=cfg.scale_advantages,
             reward_fill_value=cfg.reward_fill_value,
             eps=cfg.advantage_eps,
+            step_advantage_weight=cfg.step_advantage_weight,
             max_prompt_length=cfg.max_prompt_length,
             max_response_length=cfg.max_response_length,
             decode=self._decode,

@@ -22,9 +22,9 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, Hashable, List, Literal, Optional, Sequence
 
-from ...adapter.trajectory import BREAK_CAUSES, TurnTokens, merge_turns, triplet_tokens
+from ...adapter.trajectory import BREAK_CAUSES, TurnTokens, merge_turns, observation_keys, triplet_tokens
 from ...types.core import Triplet
-from .advantages import group_advantages, turn_returns
+from .advantages import group_advantages, step_advantages, turn_returns
 
 if TYPE_CHECKING:
     import torch
@@ -65,6 +65,8 @@ class Sample:
     """1 for tokens of `response_ids` the model generated, 0 for context between merged calls; None: all 1."""
     turns: int = 1
     """LLM calls merged into this row."""
+    token_advantages: Optional[List[float]] = None
+    """Per-token advantages over `response_ids` (step-level credit); None: `advantage` on every token."""
 
     @property
     def trained_tokens(self) -> int:
@@ -102,12 +104,17 @@ def samples_from_rollouts(
     scale_advantages: bool = True,
     reward_fill_value: float = 0.0,
     eps: float = 1e-6,
+    step_advantage_weight: float = 0.0,
     max_prompt_length: Optional[int] = None,
     max_response_length: Optional[int] = None,
     decode: Optional[Callable[[List[int]], str]] = None,
     stats: Optional[Dict[str, int]] = None,
 ) -> List[Sample]:
     """Training rows with group-normalised advantages (see the module docstring).
+
+    `step_advantage_weight` w > 0 adds w x the GiGPO-style step advantage (`advantages.step_advantages`,
+    anchors: identical observations, see `adapter.trajectory.observation_keys`) to each call's advantage;
+    a merged row then carries per-token advantages.
 
     Limits: a row whose (first) prompt is longer than `max_prompt_length` is dropped; a row's tokens past
     `max_response_length` are cut. `decode` (the tokenizer's) sharpens the cause of continuity breaks.
@@ -132,8 +139,8 @@ def samples_from_rollouts(
             rewards = [rollout.final_reward]
         all_returns.append(turn_returns(rewards, turn_discount, reward_fill_value))
     advantages = group_advantages(all_returns, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps)
-    samples: List[Sample] = []
-    for rollout, returns, rollout_advantages in zip(rollouts, all_returns, advantages, strict=False):
+    all_turns: List[List[TurnTokens]] = []
+    for rollout in rollouts:
         turns: List[TurnTokens] = []
         for index, triplet in enumerate(rollout.triplets):
             counters["triplets"] += 1
@@ -142,6 +149,29 @@ def samples_from_rollouts(
                 counters["skipped_triplets"] += 1
                 continue
             turns.append(TurnTokens(*tokens, index=index))
+        all_turns.append(turns)
+    # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
+    call_advantages: List[List[float]] = [
+        [values[0]] * len(values) if advantage_level == "rollout" else list(values) for values in advantages
+    ]
+    if step_advantage_weight:
+        observations: List[List[object]] = []
+        for rollout, turns, returns in zip(rollouts, all_turns, all_returns, strict=True):
+            keys: List[object] = [("no-token-ids", rollout.rollout_id, i) for i in range(len(returns))]
+            for turn, key in zip(turns, observation_keys(turns), strict=True):
+                keys[turn.index] = key
+            observations.append(keys)
+        steps = step_advantages(
+            all_returns, observations, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps
+        )
+        call_advantages = [
+            [a + step_advantage_weight * s for a, s in zip(row, step_row, strict=True)]
+            for row, step_row in zip(call_advantages, steps, strict=True)
+        ]
+    samples: List[Sample] = []
+    for rollout, returns, rollout_advantages, turns in zip(
+        rollouts, all_returns, call_advantages, all_turns, strict=True
+    ):
         if aggregation == "trajectory":
             rows, breaks = merge_turns(turns, decode=decode)
             for item in breaks:
@@ -154,10 +184,19 @@ def samples_from_rollouts(
             if max_prompt_length is not None and len(row.prompt_ids) > max_prompt_length:
                 counters["rows_dropped_prompt_too_long"] += 1
                 continue
+            token_advantages: Optional[List[float]] = None
+            if step_advantage_weight and len(row.turns) > 1:
+                token_advantages = [0.0] * len(row.response_ids)
+                bounds = [*row.response_starts[1:], len(row.response_ids)]
+                start = 0
+                for turn_index, end in zip(row.turns, bounds, strict=True):
+                    token_advantages[start:end] = [rollout_advantages[turn_index]] * (end - start)
+                    start = end
             sample = Sample(
                 prompt_ids=row.prompt_ids,
                 response_ids=row.response_ids,
-                advantage=rollout_advantages[0] if advantage_level == "rollout" else rollout_advantages[first],
+                advantage=rollout_advantages[first],
+                token_advantages=token_advantages,
                 old_logprobs=row.logprobs,
                 reward=returns[first],
                 rollout_id=rollout.rollout_id,
@@ -207,6 +246,7 @@ def truncate_sample(sample: Sample, max_prompt_length: int, max_response_length:
         old_logprobs=None if sample.old_logprobs is None else sample.old_logprobs[cut],
         ref_logprobs=None if sample.ref_logprobs is None else sample.ref_logprobs[cut],
         loss_mask=None if sample.loss_mask is None else sample.loss_mask[cut],
+        token_advantages=None if sample.token_advantages is None else sample.token_advantages[cut],
     )
 
 
@@ -220,6 +260,8 @@ class TokenBatch:
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
     advantages: torch.Tensor
+    token_advantages: torch.Tensor
+    """`[B, L]` advantage of every token (the row's `advantage`, or its per-token step-level values)."""
     row_weights: torch.Tensor
     """`[B]` weight of each row's token sum under "rollout-mean" (1 / its rollout's trained tokens)."""
     prompt_lengths: List[int] = field(default_factory=lambda: [])
@@ -235,6 +277,7 @@ class TokenBatch:
                 "old_logprobs",
                 "ref_logprobs",
                 "advantages",
+                "token_advantages",
                 "row_weights",
             )
         }
@@ -269,8 +312,13 @@ def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[
     response_mask = torch.zeros(size, dtype=torch.float32)
     old_logprobs = torch.zeros(size, dtype=torch.float32)
     ref_logprobs = torch.zeros(size, dtype=torch.float32)
+    token_advantages = torch.zeros(size, dtype=torch.float32)
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
+        if s.token_advantages is None:
+            token_advantages[i, p : p + r] = s.advantage
+        else:
+            token_advantages[i, p : p + r] = torch.tensor(s.token_advantages, dtype=torch.float32)
         input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long)
         attention_mask[i, : p + r] = 1
         if s.loss_mask is None:
@@ -288,6 +336,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[
         old_logprobs=old_logprobs,
         ref_logprobs=ref_logprobs,
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        token_advantages=token_advantages,
         row_weights=torch.tensor(list(row_weights), dtype=torch.float32),
         prompt_lengths=[len(s.prompt_ids) for s in samples],
         response_lengths=[len(s.response_ids) for s in samples],

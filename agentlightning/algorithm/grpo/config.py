@@ -37,6 +37,9 @@ class GRPOConfig:
     advantage_level: Literal["rollout", "turn"] = "rollout"
     """"rollout": one advantage per rollout (its total return vs its group) on all its rows; "turn": each
     row gets the advantage of its first call's discounted return-to-go."""
+    step_advantage_weight: float = 0.0
+    """w: add w x the GiGPO-style step advantage (turns that saw the same observation across a group's
+    rollouts, their discounted returns normalised together) to each call's advantage; 0 turns it off."""
     turn_discount: float = 1.0
     """gamma: per-turn discount of later rewards in a multi-turn rollout (1.0: every turn gets the return)."""
     scale_advantages: bool = True
@@ -106,6 +109,7 @@ class GRPOConfig:
             "clip_eps_low": 0 <= self.clip_eps_low < 1,
             "clip_eps_high": self.clip_eps_high >= 0,
             "turn_discount": 0 <= self.turn_discount <= 1,
+            "step_advantage_weight": self.step_advantage_weight >= 0,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,
             "max_prompt_length": self.max_prompt_length >= 1,

@@ -173,7 +173,7 @@ class GRPOLearner:
                         out = grpo_loss(
                             logprobs,
                             batch.old_logprobs,
-                            batch.advantages,
+                            batch.token_advantages,
                             batch.response_mask,
                             clip_eps_low=cfg.clip_eps_low,
                             clip_eps_high=cfg.clip_eps_high,

@@ -104,7 +104,8 @@ def grpo_loss(
     row_weights: Optional[torch.Tensor] = None,
     total_weight: Optional[float] = None,
 ) -> GRPOLossOutput:
-    """The GRPO loss of one micro-batch (`[B, L]` tensors, `advantages` `[B]`); see the module docstring.
+    """The GRPO loss of one micro-batch (`[B, L]` tensors; `advantages` `[B]`, or `[B, L]` per token); see the
+    module docstring.
 
     `num_tokens` / `num_sequences` / `total_weight` are the totals of the whole optimizer step (default:
     this micro-batch); `row_weights` `[B]` are the "rollout-mean" weights (default: each row its own rollout).
@@ -113,7 +114,7 @@ def grpo_loss(
 
     num_tokens = float(mask.sum().item()) if num_tokens is None else num_tokens
     num_sequences = float(mask.shape[0]) if num_sequences is None else num_sequences
-    A = advantages.unsqueeze(-1)
+    A = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [B] per row or [B, L] per token
 
     # Multiplying log-ratios by the mask keeps padding/prompt positions finite (exp of 0), never inf * 0.
     ratio = torch.exp((logprobs - old_logprobs) * mask)
