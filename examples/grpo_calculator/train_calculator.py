@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-runners", type=int, default=4, help="runner processes executing rollouts")
     parser.add_argument("--batch-size", type=int, default=4, help="tasks per step")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (the GRPO group)")
-    parser.add_argument("--lr", type=float, default=2e-5, help="learning rate (AdamW)")
+    parser.add_argument("--lr", type=float, default=3e-5, help="learning rate (AdamW)")
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank; 0 trains all weights")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (train, sampled val)")
     parser.add_argument(

@@ -19,6 +19,7 @@ the value the policy server reported when it sampled x_t, and 0 outside the trai
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, Hashable, List, Literal, Optional, Sequence
 
@@ -37,6 +38,7 @@ __all__ = [
     "samples_from_rollouts",
     "truncate_sample",
     "rollout_row_weights",
+    "policy_version_of",
     "collate",
 ]
 
@@ -67,6 +69,10 @@ class Sample:
     """LLM calls merged into this row."""
     token_advantages: Optional[List[float]] = None
     """Per-token advantages over `response_ids` (step-level credit); None: `advantage` on every token."""
+    policy_version: Optional[int] = None
+    """Weights version of the policy that sampled the row (the oldest of its calls), when recorded."""
+    is_weights: Optional[List[float]] = None
+    """Per-token truncated importance weights over `response_ids` (async training); None: all 1."""
 
     @property
     def trained_tokens(self) -> int:
@@ -140,6 +146,7 @@ def samples_from_rollouts(
         all_returns.append(turn_returns(rewards, turn_discount, reward_fill_value))
     advantages = group_advantages(all_returns, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps)
     all_turns: List[List[TurnTokens]] = []
+    all_versions: List[List[Optional[int]]] = []
     for rollout in rollouts:
         turns: List[TurnTokens] = []
         for index, triplet in enumerate(rollout.triplets):
@@ -150,6 +157,7 @@ def samples_from_rollouts(
                 continue
             turns.append(TurnTokens(*tokens, index=index))
         all_turns.append(turns)
+        all_versions.append([policy_version_of(t) for t in rollout.triplets])
     # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
     call_advantages: List[List[float]] = [
         [values[0]] * len(values) if advantage_level == "rollout" else list(values) for values in advantages
@@ -169,8 +177,8 @@ def samples_from_rollouts(
             for row, step_row in zip(call_advantages, steps, strict=True)
         ]
     samples: List[Sample] = []
-    for rollout, returns, rollout_advantages, turns in zip(
-        rollouts, all_returns, call_advantages, all_turns, strict=True
+    for rollout, returns, rollout_advantages, turns, versions in zip(
+        rollouts, all_returns, call_advantages, all_turns, all_versions, strict=True
     ):
         if aggregation == "trajectory":
             rows, breaks = merge_turns(turns, decode=decode)
@@ -203,6 +211,7 @@ def samples_from_rollouts(
                 group_id=rollout.group_id,
                 loss_mask=row.loss_mask if 0 in row.loss_mask else None,
                 turns=len(row.turns),
+                policy_version=min((v for v in (versions[t] for t in row.turns) if v is not None), default=None),
             )
             if max_response_length is not None and len(sample.response_ids) > max_response_length:
                 counters["rows_truncated"] += 1
@@ -220,6 +229,17 @@ def samples_from_rollouts(
             counters["triplets"],
         )
     return samples
+
+
+_VERSION_RE = re.compile(r"weights-v(\d+)")
+
+
+def policy_version_of(triplet: Triplet) -> Optional[int]:
+    """The weights version that produced a call (the policy server's `system_fingerprint`, "weights-v<N>")."""
+    response = triplet.metadata.get("response") if isinstance(triplet.metadata, dict) else None
+    fingerprint = response.get("system_fingerprint") if isinstance(response, dict) else None  # type: ignore[reportUnknownMemberType]
+    match = _VERSION_RE.fullmatch(fingerprint) if isinstance(fingerprint, str) else None
+    return int(match.group(1)) if match else None
 
 
 def rollout_row_weights(samples: Sequence[Sample]) -> List[float]:
@@ -247,6 +267,7 @@ def truncate_sample(sample: Sample, max_prompt_length: int, max_response_length:
         ref_logprobs=None if sample.ref_logprobs is None else sample.ref_logprobs[cut],
         loss_mask=None if sample.loss_mask is None else sample.loss_mask[cut],
         token_advantages=None if sample.token_advantages is None else sample.token_advantages[cut],
+        is_weights=None if sample.is_weights is None else sample.is_weights[cut],
     )
 
 
@@ -260,6 +281,8 @@ class TokenBatch:
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
     advantages: torch.Tensor
+    is_weights: torch.Tensor
+    """`[B, L]` truncated importance weight of every token (1 unless async training set them)."""
     token_advantages: torch.Tensor
     """`[B, L]` advantage of every token (the row's `advantage`, or its per-token step-level values)."""
     row_weights: torch.Tensor
@@ -278,6 +301,7 @@ class TokenBatch:
                 "ref_logprobs",
                 "advantages",
                 "token_advantages",
+                "is_weights",
                 "row_weights",
             )
         }
@@ -313,8 +337,11 @@ def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[
     old_logprobs = torch.zeros(size, dtype=torch.float32)
     ref_logprobs = torch.zeros(size, dtype=torch.float32)
     token_advantages = torch.zeros(size, dtype=torch.float32)
+    is_weights = torch.ones(size, dtype=torch.float32)
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
+        if s.is_weights is not None:
+            is_weights[i, p : p + r] = torch.tensor(s.is_weights, dtype=torch.float32)
         if s.token_advantages is None:
             token_advantages[i, p : p + r] = s.advantage
         else:
@@ -337,6 +364,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[
         ref_logprobs=ref_logprobs,
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
         token_advantages=token_advantages,
+        is_weights=is_weights,
         row_weights=torch.tensor(list(row_weights), dtype=torch.float32),
         prompt_lengths=[len(s.prompt_ids) for s in samples],
         response_lengths=[len(s.response_ids) for s in samples],

@@ -25,6 +25,14 @@ class GRPOConfig:
     """Completion length limit published to agents (`sampling_parameters["max_tokens"]`)."""
     rollout_timeout_s: float = 600.0
     """How long a step waits for its rollouts; unfinished ones are dropped from the step."""
+    async_rollouts: bool = False
+    """Bounded-staleness async: the next step's rollouts are generated while the learner updates. The
+    policy server then serves its own copy of the weights, swapped after each update (pause, 429 +
+    Retry-After to new requests, drain, swap, resume)."""
+    max_staleness: int = 1
+    """Async: samples produced by a policy more than this many updates old are dropped (counted)."""
+    is_ratio_cap: float = 2.0
+    """Async: cap of the truncated importance weight pi_prox / pi_behaviour applied to every token."""
     val_interval: int = 0
     """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
     val_temperature: float = 0.0
@@ -110,6 +118,8 @@ class GRPOConfig:
             "clip_eps_high": self.clip_eps_high >= 0,
             "turn_discount": 0 <= self.turn_discount <= 1,
             "step_advantage_weight": self.step_advantage_weight >= 0,
+            "max_staleness": self.max_staleness >= 0,
+            "is_ratio_cap": self.is_ratio_cap >= 1,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,
             "max_prompt_length": self.max_prompt_length >= 1,

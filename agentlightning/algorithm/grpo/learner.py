@@ -114,8 +114,14 @@ class GRPOLearner:
 
     # Update ------------------------------------------------------------------------------------------
 
-    def step(self, samples: Sequence[Sample]) -> Dict[str, float]:
-        """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics."""
+    def step(self, samples: Sequence[Sample], *, off_policy: bool = False) -> Dict[str, float]:
+        """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics.
+
+        `off_policy` (async training): the samples may come from older weights. The current weights score
+        them first (pi_prox, the ratio's denominator), and each token's loss is scaled by the truncated
+        importance weight min(pi_prox / pi_behaviour, `is_ratio_cap`), pi_behaviour being the logprobs
+        recorded at sampling time.
+        """
         import torch
 
         if not samples:
@@ -127,6 +133,19 @@ class GRPOLearner:
         if missing:
             for i, logprobs in zip(missing, self.score([prepared[i] for i in missing]), strict=False):
                 prepared[i] = replace(prepared[i], old_logprobs=logprobs)
+        is_stats = {"sum": 0.0, "capped": 0.0, "tokens": 0.0}
+        if off_policy:
+            for i, prox in enumerate(self.score(prepared)):
+                sample = prepared[i]
+                behaviour = sample.old_logprobs or prox
+                mask = sample.loss_mask or [1] * len(prox)
+                weights = [min(math.exp(p - b), cfg.is_ratio_cap) for p, b in zip(prox, behaviour, strict=True)]
+                for weight, keep in zip(weights, mask, strict=True):
+                    if keep:
+                        is_stats["sum"] += weight
+                        is_stats["capped"] += float(weight >= cfg.is_ratio_cap)
+                        is_stats["tokens"] += 1.0
+                prepared[i] = replace(sample, old_logprobs=prox, is_weights=weights)
         use_reference = cfg.kl_coef > 0
         if use_reference:
             prepared = [
@@ -186,6 +205,7 @@ class GRPOLearner:
                             num_sequences=float(len(members)),
                             row_weights=batch.row_weights,
                             total_weight=total_weight,
+                            is_weights=batch.is_weights if off_policy else None,
                         )
                         out.loss.backward()
                         step_loss += float(out.loss.item())
@@ -222,6 +242,14 @@ class GRPOLearner:
             "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,
             "train_time_s": elapsed,
             "learning_rate": float(self.optimizer.param_groups[0]["lr"]),
+            **(
+                {
+                    "is_weight_mean": is_stats["sum"] / max(1.0, is_stats["tokens"]),
+                    "is_weight_capped_fraction": is_stats["capped"] / max(1.0, is_stats["tokens"]),
+                }
+                if off_policy
+                else {}
+            ),
         }
 
     # Checkpoints -------------------------------------------------------------------------------------

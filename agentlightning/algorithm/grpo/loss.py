@@ -103,12 +103,15 @@ def grpo_loss(
     num_sequences: Optional[float] = None,
     row_weights: Optional[torch.Tensor] = None,
     total_weight: Optional[float] = None,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> GRPOLossOutput:
     """The GRPO loss of one micro-batch (`[B, L]` tensors; `advantages` `[B]`, or `[B, L]` per token); see the
     module docstring.
 
     `num_tokens` / `num_sequences` / `total_weight` are the totals of the whole optimizer step (default:
     this micro-batch); `row_weights` `[B]` are the "rollout-mean" weights (default: each row its own rollout).
+    `is_weights` `[B, L]` (async training) scale each token's policy-gradient term: the truncated importance
+    weight pi_prox / pi_behaviour, with `old_logprobs` then being pi_prox.
     """
     import torch
 
@@ -121,7 +124,7 @@ def grpo_loss(
     pg_unclipped = -A * ratio
     pg_clipped = -A * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
     pg = torch.maximum(pg_unclipped, pg_clipped)
-    per_token = pg
+    per_token = pg if is_weights is None else pg * is_weights.detach()
 
     kl = torch.zeros_like(logprobs)
     if ref_logprobs is not None:

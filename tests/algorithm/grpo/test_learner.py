@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +265,20 @@ def test_only_step_level_credit_separates_a_good_step_from_a_bad_one() -> None:
             assert good_after > good_before + 0.1 and bad_after < bad_before - 0.1
         else:  # the episode advantage alone is 0 for both: nothing to learn
             assert (good_after, bad_after) == pytest.approx((good_before, bad_before), abs=1e-6)
+
+
+def test_off_policy_steps_apply_truncated_importance_weights() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(is_ratio_cap=2.0))
+    samples = _samples(4)
+    current = learner.score(samples)
+    # Behaviour logprobs log(4) below the current policy: pi_prox / pi_behaviour = 4, capped at 2.
+    stale = [replace(s, old_logprobs=[v - math.log(4) for v in lp]) for s, lp in zip(samples, current, strict=True)]
+    metrics = learner.step(stale, off_policy=True)
+    assert metrics["is_weight_mean"] == pytest.approx(2.0) and metrics["is_weight_capped_fraction"] == 1.0
+    # The ratio is taken against the current weights (pi_prox), so the first update is exactly on-policy.
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["clip_fraction"] == 0.0
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(is_ratio_cap=2.0))
+    fresher = [replace(s, old_logprobs=[v + math.log(2) for v in lp]) for s, lp in zip(samples, current, strict=True)]
+    assert learner.step(fresher, off_policy=True)["is_weight_mean"] == pytest.approx(0.5, rel=1e-4)
