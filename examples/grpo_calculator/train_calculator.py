@@ -227,10 +227,17 @@ def _make_algorithm_class() -> type[GRPO]:
                 watcher.cancel()
             result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
             for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
-                rewards = await self.rewards_of("val", step, sample)  # failed rollouts count as 0
+                rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
                 result[f"{name}_reward"] = sum(rewards) / max(1, tasks)
                 result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
+                result[f"{name}_finished"] = float(len(rewards))
             self.val_results[step] = result
+            unfinished = 2 * tasks - int(result["greedy_finished"] + result["sampled_finished"])
+            if unfinished:
+                self._print(
+                    f"warning: {unfinished} of {2 * tasks} validation rollouts did not succeed within "
+                    f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
+                )
             self._print(
                 f"{label}: exact answers greedy {result['greedy_exact']:.0%}, sampled {result['sampled_exact']:.0%} "
                 f"of {tasks} held-out tasks (reward {result['greedy_reward']:.3f} / {result['sampled_reward']:.3f}, "
