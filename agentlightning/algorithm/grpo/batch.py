@@ -160,7 +160,7 @@ def samples_from_rollouts(
         all_versions.append([policy_version_of(t) for t in rollout.triplets])
     # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
     call_advantages: List[List[float]] = [
-        [values[0]] * len(values) if advantage_level == "rollout" else list(values) for values in advantages
+        [values[0]] * len(values) if advantage_level == "rollout" and values else list(values) for values in advantages
     ]
     if step_advantage_weight:
         observations: List[List[object]] = []

@@ -148,3 +148,13 @@ def test_collate_trains_only_generated_tokens_of_a_merged_row() -> None:
     assert batch.row_weights.tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 2])
     cut = truncate_sample(merged, max_prompt_length=5, max_response_length=2)
     assert cut.loss_mask == [1, 0]
+
+
+def test_a_rollout_without_triplets_or_reward_yields_no_rows_and_is_counted() -> None:
+    stats: dict[str, int] = {}
+    empty = RolloutTriplets("ro-empty", "g", [])
+    other = RolloutTriplets("ro", "g", [_triplet([1], [2])], final_reward=1.0)
+    for weight in (0.0, 1.0):
+        samples = samples_from_rollouts([empty, other], step_advantage_weight=weight, stats=stats)
+        assert [s.rollout_id for s in samples] == ["ro"]
+    assert stats["rollouts_without_samples"] == 2
