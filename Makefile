@@ -59,7 +59,7 @@ format: venv
 bench: venv
 	$(PY) benchmarks/store_bench.py --quick
 
-# The main job: GRPO-train SmolLM2-135M-Instruct on the calculator task (CPU, ~15 min); outputs in runs/demo/.
+# The main job: GRPO-train SmolLM2-135M-Instruct to use a calculator tool (CPU; timings in docs/demo.md); outputs in runs/demo/.
 demo: venv
 	$(PY) examples/grpo_calculator/train_calculator.py
 

@@ -3,6 +3,7 @@
 from .base import Adapter, OtelTraceAdapter, TraceAdapter
 from .messages import TraceToMessages
 from .report import AdaptationReport
+from .trajectory import ContinuityBreak, TrajectoryRow, TurnTokens, merge_turns, triplet_tokens
 from .triplet import LlmProxyTraceToTriplet, TracerTraceToTriplet, TraceToTripletBase
 
 __all__ = [
@@ -14,4 +15,9 @@ __all__ = [
     "LlmProxyTraceToTriplet",
     "TraceToMessages",
     "AdaptationReport",
+    "TurnTokens",
+    "TrajectoryRow",
+    "ContinuityBreak",
+    "merge_turns",
+    "triplet_tokens",
 ]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, Field, computed_field
 
 from agentlightning.types import Triplet
+
+from .trajectory import BREAK_CAUSES, BreakCause, classify_break
 
 __all__ = [
     "DropReason",
@@ -84,6 +86,9 @@ class TokenDrift(BaseModel):
     expected_prefix_length: int
     prompt_length: int
     span_id: Optional[str] = None
+    cause: BreakCause = "other"
+    """Why the ids diverge: `chat_template`, `retokenization` or `other` (see `adapter.trajectory`).
+    Trajectory aggregation starts a new training row at every such turn."""
 
 
 class AdaptationReport(BaseModel):
@@ -115,6 +120,13 @@ class AdaptationReport(BaseModel):
             counts[NO_LLM_SPANS] = 1
         return counts
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def break_counts(self) -> dict[str, int]:
+        """Continuity breaks (turns that cannot join the previous turn's training row) per cause."""
+        counts = Counter(drift.cause for drift in self.token_drift)
+        return {cause: counts.get(cause, 0) for cause in BREAK_CAUSES}
+
     @property
     def lost_llm_calls(self) -> list[DroppedLlmCall]:
         """Dropped spans whose call is not represented by any triplet (merges excluded)."""
@@ -130,6 +142,7 @@ class AdaptationReport(BaseModel):
             "n_reward_spans": self.n_reward_spans,
             "n_unmatched_rewards": len(self.unmatched_rewards),
             "n_token_drift_turns": len(self.token_drift),
+            "break_counts": self.break_counts,
             "drop_counts": self.drop_counts,
         }
 
@@ -146,7 +159,8 @@ class AdaptationReport(BaseModel):
         if self.unmatched_rewards:
             parts.append(f"{len(self.unmatched_rewards)} unmatched reward(s)")
         if self.token_drift:
-            parts.append(f"token drift at turn(s) {[drift.turn for drift in self.token_drift]}")
+            causes = ", ".join(f"{cause}={count}" for cause, count in self.break_counts.items() if count)
+            parts.append(f"token drift at turn(s) {[drift.turn for drift in self.token_drift]} ({causes})")
         return "; ".join(parts)
 
     def log(self, logger: logging.Logger, *, context: str = "") -> None:
@@ -178,24 +192,30 @@ def _token_ids(side: Any) -> Optional[list[int]]:
     return None
 
 
-def check_token_drift(triplets: Sequence[Triplet]) -> list[TokenDrift]:
+def check_token_drift(
+    triplets: Sequence[Triplet], decode: Optional[Callable[[list[int]], str]] = None
+) -> list[TokenDrift]:
     """Turns of a multi-turn rollout whose prompt ids do not extend the previous turn's prompt + response ids.
 
     Trajectory-level training concatenates turns and relies on each prompt re-tokenising the history exactly;
     a chat template that re-renders earlier turns differently breaks that silently. Turns without token ids
-    are skipped (the next turn is compared with the last turn that had them).
+    are skipped (the next turn is compared with the last turn that had them). `decode` (a tokenizer's
+    decode) lets the cause tell re-rendered text from re-tokenized text; see `classify_break`.
     """
     drifts: list[TokenDrift] = []
-    previous: Optional[tuple[int, list[int]]] = None
+    previous: Optional[tuple[int, list[int], int]] = None
     for index, triplet in enumerate(triplets):
         prompt_ids = _token_ids(triplet.prompt)
         response_ids = _token_ids(triplet.response) or []
         if prompt_ids is None:
             continue
         if previous is not None:
-            previous_index, expected = previous
+            previous_index, expected, previous_prompt_length = previous
             mismatch = _first_mismatch(expected, prompt_ids)
             if mismatch is not None:
+                cause = classify_break(
+                    expected[:previous_prompt_length], expected[previous_prompt_length:], prompt_ids, mismatch, decode
+                )
                 drifts.append(
                     TokenDrift(
                         turn=index,
@@ -204,9 +224,10 @@ def check_token_drift(triplets: Sequence[Triplet]) -> list[TokenDrift]:
                         expected_prefix_length=len(expected),
                         prompt_length=len(prompt_ids),
                         span_id=triplet.metadata.get("span_id"),
+                        cause=cause,
                     )
                 )
-        previous = (index, prompt_ids + response_ids)
+        previous = (index, prompt_ids + response_ids, len(prompt_ids))
     return drifts
 
 

@@ -3,6 +3,10 @@
 Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `GET /v1/models`, `GET /health`
 (also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
+
+Around a weight swap (`swap_weights`) the server pauses: new chat requests get 429 with `Retry-After`
+(the OpenAI client retries them), requests already running finish, the weights change, and it resumes.
+Every completion reports the weights version that produced it (`system_fingerprint`: "weights-v<N>").
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import math
+import threading
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
@@ -44,6 +50,7 @@ class PolicyServer:
         seed: seeds the sampling of requests that give no `seed`.
         always_logprobs: return logprobs even when a request does not ask (GRPO turns this on so the
             tracer records the sampling-time logprobs of agents that never request them).
+        retry_after_s: the `Retry-After` (seconds) of the 429 answered while paused.
     """
 
     def __init__(
@@ -59,6 +66,7 @@ class PolicyServer:
         default_max_tokens: int = 256,
         seed: Optional[int] = None,
         always_logprobs: bool = False,
+        retry_after_s: float = 1.0,
     ) -> None:
         self.engine = PolicyEngine(
             model, tokenizer, max_batch_size=max_batch_size, batch_window_s=batch_window_s, seed=seed
@@ -68,6 +76,14 @@ class PolicyServer:
         self._requested_port = port or None
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
+        self.retry_after_s = retry_after_s
+        self._paused = False
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self.rejected_while_paused = 0
+        """Chat requests answered 429 because the server was paused."""
+        self.drain_times_s: List[float] = []
+        """How long each `swap_weights` waited for running requests to finish."""
         self._launcher: Optional[PythonServerLauncher] = None
         self._app: Optional[FastAPI] = None
 
@@ -151,6 +167,66 @@ class PolicyServer:
     def weights_version(self) -> int:
         return self.engine.weights_version
 
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def in_flight(self) -> int:
+        """Chat requests being answered right now."""
+        return self._in_flight
+
+    def pause(self) -> None:
+        """Answer new chat requests with 429 + `Retry-After` until `resume()`; running ones continue."""
+        with self._idle:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._idle:
+            self._paused = False
+
+    def drain(self, timeout: Optional[float] = None) -> float:
+        """Wait until no chat request is running; returns the seconds waited.
+
+        Raises:
+            TimeoutError: requests were still running after `timeout` seconds.
+        """
+        started = time.perf_counter()
+        deadline = math.inf if timeout is None else started + timeout
+        with self._idle:
+            while self._in_flight > 0:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self._in_flight} request(s) still running after {timeout} s")
+                self._idle.wait(min(remaining, 1.0))
+        return time.perf_counter() - started
+
+    def swap_weights(
+        self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]], *, drain_timeout: Optional[float] = None
+    ) -> int:
+        """Pause, let running requests finish, serve the new weights, resume; returns the new version."""
+        self.pause()
+        try:
+            self.drain_times_s.append(self.drain(drain_timeout))
+            return self.update_weights(source)
+        finally:
+            self.resume()
+
+    def _enter(self) -> bool:
+        """Count a new chat request in, unless paused (then the caller answers 429)."""
+        with self._idle:
+            if self._paused:
+                self.rejected_while_paused += 1
+                return False
+            self._in_flight += 1
+            return True
+
+    def _exit(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.notify_all()
+
     def as_resource(self, sampling_parameters: Optional[Dict[str, Any]] = None) -> LLM:
         """An `LLM` resource pointing at this server, to publish through the store."""
         return LLM(endpoint=self.endpoint, model=self.model_name, sampling_parameters=dict(sampling_parameters or {}))
@@ -191,6 +267,22 @@ def _build_app(server: PolicyServer) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def _chat(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:  # type: ignore[reportUnusedFunction]
+        if not server._enter():  # type: ignore[reportPrivateUsage]
+            return JSONResponse(
+                status_code=429,
+                content=openai_error("the policy server is swapping weights; retry shortly", error_type="rate_limit"),
+                headers={"Retry-After": f"{server.retry_after_s:g}"},
+            )
+        streaming = False
+        try:
+            response = await _answer(body)
+            streaming = isinstance(response, StreamingResponse)
+            return response
+        finally:
+            if not streaming:
+                server._exit()  # type: ignore[reportPrivateUsage]
+
+    async def _answer(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:
         engine = server.engine
         try:
             prompt_ids = render_chat_prompt(
@@ -203,7 +295,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
             logger.exception("Could not prepare a chat completion")
             return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
         if body.stream:
-            return StreamingResponse(_sse(server, body, stream), media_type="text/event-stream")
+            return StreamingResponse(_counted(server, _sse(server, body, stream)), media_type="text/event-stream")
         try:
             content = await _complete(server, body, stream)
         except Exception as exc:
@@ -212,6 +304,15 @@ def _build_app(server: PolicyServer) -> FastAPI:
         return JSONResponse(content=content)
 
     return app
+
+
+async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """A streamed response stays in flight until its last chunk is sent (or the client goes away)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        server._exit()  # type: ignore[reportPrivateUsage]
 
 
 def _wants_token_ids(body: ChatCompletionRequest) -> bool:

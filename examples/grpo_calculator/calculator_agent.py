@@ -61,11 +61,15 @@ def _worked_example(question: str, expression: str, result: int, call_id: str) -
     ]
 
 
-EXAMPLES: List[Dict[str, Any]] = _worked_example("What is 12 * 7?", "12 * 7", 84, "call_0") + _worked_example(
-    "Compute 305 minus 118.", "305 - 118", 187, "call_1"
-)
-"""Two worked examples as earlier chat turns: the untrained model follows them when decoding greedily,
-but only about one sampled answer in six (temperature 1.0) uses the tool - the gap GRPO closes."""
+EXAMPLES: List[Dict[str, Any]] = [
+    {"role": "user", "content": "What is 12 * 7?"},
+    {"role": "assistant", "content": "84"},
+    *_worked_example("Compute 305 minus 118.", "305 - 118", 187, "call_1"),
+]
+"""Two earlier chat turns: an easy "What is ...?" answered from memory, and a "Compute ..." solved with the
+tool. The untrained model copies the habit by phrasing: decoding greedily it answers "What is ...?"
+questions (most tasks) from memory - wrong for three-digit products - and uses the tool for "Compute ...".
+GRPO has to teach it to use the calculator whatever the phrasing."""
 
 TOOLS: List[Dict[str, Any]] = [
     {
@@ -213,7 +217,8 @@ def _run_tool(name: str, arguments: str) -> Optional[float]:
 @agl.rollout
 async def calculator_agent(task: CalcTask, llm: agl.LLM) -> float:
     """One rollout: solve the task with the published policy LLM; the grade is the reward."""
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "unused", max_retries=1, timeout=300)
+    # Retries also ride out the policy server's 429s while it swaps weights (async training).
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "unused", max_retries=5, timeout=300)
     sampling = {k: v for k, v in llm.sampling_parameters.items() if k in ("temperature", "max_tokens", "top_p")}
     episode = await solve(task, client, llm.model, sampling)
     return grade(task, episode)

@@ -2,8 +2,9 @@
 
     python examples/grpo_calculator/make_data.py            # rewrites data/train.jsonl and data/val.jsonl
 
-Questions are two-operand problems with two- and three-digit numbers (+, -, *), phrased a few ways;
-the validation questions never appear in the training set.
+Questions multiply a three-digit number by a two-digit one (too hard for a 135M model to do in its head),
+phrased a few ways, mostly as "What is ...?" - the phrasing of the agent's worked example that answers
+without the tool; the validation questions never appear in the training set.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ from typing import Dict, List, Set, Tuple
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 _PHRASES = [
-    "What is {a} {op} {b}?",
-    "Compute {a} {op} {b}.",
-    "Calculate {a} {op} {b}.",
-    "What does {a} {op} {b} equal?",
+    ("What is {a} * {b}?", 0.4),
+    ("What is {a} times {b}?", 0.3),
+    ("What does {a} * {b} equal?", 0.15),
+    ("Compute {a} * {b}.", 0.15),
 ]
-_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 
 
 def _problem(rng: random.Random) -> Tuple[int, str, int]:
-    op = rng.choice(["+", "-", "*"])
-    if op == "*":
-        return rng.randint(11, 99), op, rng.randint(11, 99)
-    return rng.randint(100, 999), op, rng.randint(10, 999)
+    return rng.randint(101, 999), "*", rng.randint(11, 99)
 
 
 def make_tasks(count: int, rng: random.Random, seen: Set[Tuple[int, str, int]], prefix: str) -> List[Dict[str, object]]:
@@ -40,9 +37,9 @@ def make_tasks(count: int, rng: random.Random, seen: Set[Tuple[int, str, int]], 
         if (a, op, b) in seen:
             continue
         seen.add((a, op, b))
-        answer = a + b if op == "+" else a - b if op == "-" else a * b
-        shown = _WORDS[op] if rng.random() < 0.25 else op
-        question = rng.choice(_PHRASES).format(a=a, op=shown, b=b)
+        answer = a * b
+        phrase = rng.choices([p for p, _ in _PHRASES], weights=[w for _, w in _PHRASES])[0]
+        question = phrase.format(a=a, b=b)
         tasks.append({"id": f"{prefix}-{len(tasks):03d}", "question": question, "answer": answer})
     return tasks
 

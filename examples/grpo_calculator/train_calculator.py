@@ -74,9 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-runners", type=int, default=4, help="runner processes executing rollouts")
     parser.add_argument("--batch-size", type=int, default=4, help="tasks per step")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (the GRPO group)")
-    parser.add_argument("--lr", type=float, default=2e-5, help="learning rate (AdamW)")
+    parser.add_argument("--lr", type=float, default=3e-5, help="learning rate (AdamW)")
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank; 0 trains all weights")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (train and val)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (train, sampled val)")
+    parser.add_argument(
+        "--aggregation",
+        choices=["trajectory", "transition"],
+        default="trajectory",
+        help="train one row per rollout (calls merged while token ids continue) or one row per LLM call",
+    )
     parser.add_argument("--max-tokens", type=int, default=40, help="completion length limit per LLM call")
     parser.add_argument("--optimizer-steps", type=int, default=2, help="optimizer steps per GRPO step")
     parser.add_argument("--val-limit", type=int, default=32, help="held-out tasks to evaluate (max 32)")
@@ -98,19 +104,22 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
 def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
     from agentlightning.algorithm.grpo import GRPOConfig
 
-    samples = args.batch_size * args.group_size * 2  # about two LLM calls per rollout
-    micro = 4  # samples per forward/backward: the peak memory (~7 GB with SmolLM2) grows with it
+    # Rows per step: about one per rollout when calls merge into trajectories, about two per rollout otherwise.
+    rows = args.batch_size * args.group_size * (1 if args.aggregation == "trajectory" else 2)
+    micro = 4  # rows per forward/backward: the peak memory (~7 GB with SmolLM2) grows with it
     return GRPOConfig(
         group_size=args.group_size,
         batch_size=args.batch_size,
         total_steps=args.steps,
         temperature=args.temperature,
-        val_temperature=args.temperature,
+        val_temperature=0.0,  # greedy; DemoGRPO adds a sampled pass at `temperature`
         max_new_tokens=args.max_tokens,
         rollout_timeout_s=900.0,
+        aggregation=args.aggregation,
         learning_rate=args.lr,
         micro_batch_size=micro,
-        gradient_accumulation_steps=max(1, -(-samples // micro) // max(1, args.optimizer_steps)),
+        gradient_accumulation_steps=max(1, -(-rows // micro) // max(1, args.optimizer_steps)),
+        max_updates_per_batch=args.optimizer_steps,
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,
@@ -125,11 +134,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_SAMPLED_VAL_RESOURCES_ID = "grpo-val-sampled"
+_GREEDY, _SAMPLED = 0, 1  # the `grpo_sample` slot of a validation rollout says how it decoded
+
+
 def _make_algorithm_class() -> type[GRPO]:
     from agentlightning.algorithm.grpo import GRPO
 
     class DemoGRPO(GRPO):
-        """GRPO that drives a progress bar and records the exact-answer rate of each step and evaluation."""
+        """GRPO that evaluates greedily and sampled, drives a progress bar (or progress lines when stdout is
+        not a terminal), and records the exact-answer rate of each step and evaluation."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -137,64 +151,106 @@ def _make_algorithm_class() -> type[GRPO]:
             self.bar: Optional[TaskID] = None
             self.train_started: Optional[float] = None
             self.val_results: Dict[int, Dict[str, float]] = {}
+            self.log_lines = not sys.stdout.isatty()
 
-        async def rewards_of(self, mode: str, step: int) -> List[float]:
-            """Final rewards of the finished rollouts of `mode` enqueued at `step` (read back from the store)."""
+        async def _publish_resources(self) -> None:
+            await super()._publish_resources()
+            assert self.server is not None
+            llm = self.server.as_resource(
+                {"temperature": self.config.temperature, "max_tokens": self.config.max_new_tokens}
+            )
+            initial = dict(self.get_initial_resources() or {})
+            await self.get_store().update_resources(_SAMPLED_VAL_RESOURCES_ID, {**initial, self.llm_resource_name: llm})
+
+        async def rewards_of(self, mode: str, step: int, sample: Optional[int] = None) -> List[float]:
+            """Final rewards of the succeeded rollouts of `mode` enqueued at `step` (read back from the store)."""
             store = self.get_store()
             rewards: List[float] = []
             for rollout in await store.query_rollouts(status_in=["succeeded"]):
                 meta = rollout.metadata or {}
                 if rollout.mode != mode or meta.get("grpo_step") != step:
                     continue
+                if sample is not None and meta.get("grpo_sample") != sample:
+                    continue
                 reward = find_final_reward(await store.query_spans(rollout.rollout_id, "latest"))
                 rewards.append(0.0 if reward is None else reward)
             return rewards
 
         async def _watch(self, mode: str, step: int, total: int, label: str) -> None:
-            """Update the bar's description with finished/total rollouts until cancelled."""
+            """Show finished/total rollouts until cancelled: in the bar, and as a line every ~15 s off a terminal."""
             store = self.get_store()
+            began = time.perf_counter()
+            last_line = 0.0
             while True:
                 done = 0
                 for rollout in await store.query_rollouts(status_in=["succeeded", "failed", "cancelled"]):
                     meta = rollout.metadata or {}
                     done += rollout.mode == mode and meta.get("grpo_step") == step
                 self._describe(f"{label}: {done}/{total} rollouts")
+                now = time.perf_counter()
+                if self.log_lines and now - last_line >= 15.0:
+                    last_line = now
+                    print(f"  {label}: {done}/{total} rollouts done ({now - began:.0f} s)", flush=True)
                 await asyncio.sleep(2.0)
 
         def _describe(self, text: str) -> None:
             if self.progress is not None and self.bar is not None:
                 self.progress.update(self.bar, description=text)
 
+        def _advance(self, text: str) -> None:
+            if self.progress is not None and self.bar is not None:
+                self.progress.update(self.bar, advance=1, description=text)
+
         def _print(self, text: str) -> None:
-            if self.progress is not None:
+            if self.progress is not None and not self.log_lines:
                 self.progress.console.print(text)
             else:
                 print(text, flush=True)
 
         async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
+            """Each held-out task twice: greedy (temperature 0) and sampled (the training temperature)."""
             assert self.learner is not None
             step = self.learner.global_step
             label = "validation (before training)" if step == 0 else f"validation (after step {step})"
-            watcher = asyncio.ensure_future(self._watch("val", step, len(val_dataset), label))
+            tasks = len(val_dataset)
+            watcher = asyncio.ensure_future(self._watch("val", step, 2 * tasks, label))
             began = time.perf_counter()
             try:
-                metrics = await super().evaluate(val_dataset)
+                greedy = {(i, _GREEDY): val_dataset[i] for i in range(tasks)}
+                sampled = {(i, _SAMPLED): val_dataset[i] for i in range(tasks)}
+                enqueued = {
+                    **await self._enqueue(greedy, step, mode="val", resources_id="grpo-val"),
+                    **await self._enqueue(sampled, step, mode="val", resources_id=_SAMPLED_VAL_RESOURCES_ID),
+                }
+                await self._wait(list(enqueued.values()))
             finally:
                 watcher.cancel()
-            rewards = await self.rewards_of("val", step)
-            exact = sum(r >= 1.0 for r in rewards) / max(1, len(val_dataset))
-            metrics["val_exact_accuracy"] = exact
-            self.val_results[step] = {
-                "reward_mean": metrics["val_reward_mean"],
-                "exact_accuracy": exact,
-                "tasks": float(len(val_dataset)),
-                "time_s": time.perf_counter() - began,
-            }
+            result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
+            for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
+                rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
+                result[f"{name}_reward"] = sum(rewards) / max(1, tasks)
+                result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
+                result[f"{name}_finished"] = float(len(rewards))
+            self.val_results[step] = result
+            unfinished = 2 * tasks - int(result["greedy_finished"] + result["sampled_finished"])
+            if unfinished:
+                self._print(
+                    f"warning: {unfinished} of {2 * tasks} validation rollouts did not succeed within "
+                    f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
+                )
             self._print(
-                f"[bold cyan]{label}[/]: reward {metrics['val_reward_mean']:.3f}, exact answers "
-                f"{exact:.0%} of {len(val_dataset)} held-out tasks ({time.perf_counter() - began:.0f} s)"
+                f"{label}: exact answers greedy {result['greedy_exact']:.0%}, sampled {result['sampled_exact']:.0%} "
+                f"of {tasks} held-out tasks (reward {result['greedy_reward']:.3f} / {result['sampled_reward']:.3f}, "
+                f"{result['time_s']:.0f} s)"
             )
-            return metrics
+            self._advance(f"{label} done")
+            return {
+                "val_reward_mean": result["greedy_reward"],
+                "val_exact_accuracy": result["greedy_exact"],
+                "val_sampled_reward_mean": result["sampled_reward"],
+                "val_sampled_exact_accuracy": result["sampled_exact"],
+                "val_rollouts": float(2 * tasks),
+            }
 
         async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
             assert self.learner is not None
@@ -213,13 +269,14 @@ def _make_algorithm_class() -> type[GRPO]:
             metrics["exact_rate"] = exact
             self._print(
                 f"step {step + 1:>2}/{cfg.total_steps}: train reward {metrics['reward_mean']:.3f} "
-                f"(+-{metrics['reward_std']:.2f}), exact {exact:.0%}, {int(metrics['samples'])} LLM calls trained, "
+                f"(+-{metrics['reward_std']:.2f}), exact {exact:.0%}, {int(metrics['transitions'])} LLM calls in "
+                f"{int(metrics['rows'])} rows, {metrics['trained_tokens_per_rollout']:.0f} trained tokens/rollout, "
                 f"rollouts {metrics['rollouts'] - metrics['rollouts_failed']:.0f}/{metrics['rollouts']:.0f}, "
                 f"{metrics['step_time_s']:.0f} s (train {metrics['train_time_s']:.0f} s)"
             )
+            per_step = (time.perf_counter() - self.train_started) / (step + 1)
+            eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
             if self.progress is not None and self.bar is not None:
-                per_step = (time.perf_counter() - self.train_started) / (step + 1)
-                eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
                 self.progress.update(self.bar, advance=1, description=f"trained {step + 1} steps", eta=eta)
             return metrics
 
@@ -252,15 +309,16 @@ def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
         )
         axes.plot(steps, [r.get("exact_rate", 0.0) for r in train], marker=".", ls=":", label="train exact answers")
     if val:
+        steps = [r["step"] for r in val]
         axes.plot(
-            [r["step"] for r in val], [r["val_reward_mean"] for r in val], marker="s", lw=2, label="held-out reward"
+            steps, [r.get("val_exact_accuracy", 0.0) for r in val], marker="D", lw=2, label="held-out exact, greedy"
         )
         axes.plot(
-            [r["step"] for r in val],
-            [r.get("val_exact_accuracy", 0.0) for r in val],
-            marker="D",
+            steps,
+            [r.get("val_sampled_exact_accuracy", 0.0) for r in val],
+            marker="s",
             ls="--",
-            label="held-out exact answers",
+            label="held-out exact, sampled",
         )
     axes.set_xlabel("GRPO step")
     axes.set_ylabel("reward / rate")
@@ -332,7 +390,8 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     )
     algorithm.progress = progress
     with progress:
-        algorithm.bar = progress.add_task("loading the model", total=args.steps, eta="?")
+        # Steps plus the two validation passes (before and after training).
+        algorithm.bar = progress.add_task("loading the model", total=args.steps + 2, eta="?")
         trainer.fit(calculator_agent, train_dataset=train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
     if args.save_model and algorithm.learner is not None:
         algorithm.learner.export_model(output_dir / "model")
@@ -340,6 +399,7 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     plot_demo_curve(metrics_path, output_dir / "reward_curve.png", "GRPO on the calculator task (SmolLM2-135M, CPU)")
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_summary(summary, output_dir)
+    print(summary["line"], flush=True)
     return summary
 
 
@@ -351,14 +411,47 @@ def _summary(
     after = val.get(args.steps, {})
     history: Sequence[Dict[str, Any]] = algorithm.history
     train = [r for r in history if "reward_mean" in r]
+    held_out = {
+        key: {"before": round(before.get(key, 0.0), 4), "after": round(after.get(key, 0.0), 4)}
+        for key in ("greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward")
+    }
+    line = (
+        f"demo: held-out greedy {held_out['greedy_exact']['before']:.2f} -> {held_out['greedy_exact']['after']:.2f}, "
+        f"sampled {held_out['sampled_exact']['before']:.2f} -> {held_out['sampled_exact']['after']:.2f}, "
+        f"{len(train)} steps, {wall_s:.0f} s"
+    )
+    rollouts = sum(r.get("rollouts", 0.0) - r.get("rollouts_failed", 0.0) for r in train)
+
+    def per_rollout(key: str) -> float:
+        return round(sum(r.get(key, 0.0) for r in train) / max(1.0, rollouts), 3)
+
     return {
+        "line": line,
         "model": args.model,
+        "held_out_exact_accuracy": held_out,
+        "steps": len(train),
+        "wall_s": round(wall_s, 1),
         "val_before": before,
         "val_after": after,
-        "val_reward_gain": after.get("reward_mean", 0.0) - before.get("reward_mean", 0.0),
-        "val_exact_gain": after.get("exact_accuracy", 0.0) - before.get("exact_accuracy", 0.0),
         "train_reward_per_step": [round(r["reward_mean"], 4) for r in train],
         "train_exact_per_step": [round(r.get("exact_rate", 0.0), 4) for r in train],
+        "rows": {
+            "aggregation": args.aggregation,
+            "llm_calls_per_rollout": per_rollout("transitions"),
+            "rows_per_rollout": per_rollout("rows"),
+            "trained_tokens_per_rollout": round(
+                statistics.fmean(r.get("trained_tokens_per_rollout", 0.0) for r in train), 1
+            )
+            if train
+            else 0.0,
+            "row_tokens_per_rollout": round(statistics.fmean(r.get("row_tokens_per_rollout", 0.0) for r in train), 1)
+            if train
+            else 0.0,
+            "breaks": {
+                cause: int(sum(r.get(f"breaks_{cause}", 0.0) for r in train))
+                for cause in ("chat_template", "retokenization", "other")
+            },
+        },
         "timings_s": {
             "total_wall": round(wall_s, 1),
             "mean_step": round(statistics.fmean(r["step_time_s"] for r in train), 1) if train else 0.0,
@@ -371,7 +464,7 @@ def _summary(
             for key, value in vars(args).items()
             if key not in ("quick",)
         }
-        | {"quick": bool(args.quick), "cpu_count": os.cpu_count()},
+        | {"quick": bool(args.quick), "cpu_count": os.cpu_count(), "load_average": list(os.getloadavg())},
         "outputs": {"store": str(store_path), "metrics": str(metrics_path)},
     }
 
@@ -380,17 +473,26 @@ def _print_summary(summary: Dict[str, Any], output_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Held-out tasks (one sampled answer each)")
+    table = Table(title="Held-out tasks (exact answers; greedy = temperature 0, sampled = training temperature)")
     table.add_column("")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
-    before, after = summary["val_before"], summary["val_after"]
-    for key, name in (("reward_mean", "shaped reward"), ("exact_accuracy", "exact answers")):
-        b, a = before.get(key, 0.0), after.get(key, 0.0)
+    for key, name in (
+        ("greedy_exact", "exact, greedy"),
+        ("sampled_exact", "exact, sampled"),
+        ("greedy_reward", "shaped reward, greedy"),
+        ("sampled_reward", "shaped reward, sampled"),
+    ):
+        b, a = summary["held_out_exact_accuracy"][key]["before"], summary["held_out_exact_accuracy"][key]["after"]
         table.add_row(name, f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}")
     console = Console()
     console.print(table)
+    rows = summary["rows"]
+    console.print(
+        f"Rows ({rows['aggregation']}): {rows['llm_calls_per_rollout']:.2f} LLM calls -> {rows['rows_per_rollout']:.2f} "
+        f"rows per rollout, {rows['trained_tokens_per_rollout']:.0f} trained tokens per rollout, breaks {rows['breaks']}"
+    )
     console.print(f"Total time {summary['timings_s']['total_wall'] / 60:.1f} min. Outputs in {output_dir}/:")
     saved = ", model/" if summary["settings"].get("save_model") else ""
     console.print(f"  metrics.jsonl, reward_curve.png, summary.json, store.db{saved}")

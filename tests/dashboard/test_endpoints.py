@@ -207,6 +207,10 @@ async def test_triplets_of_latest_attempt_with_drop_report(http: httpx.AsyncClie
     assert report["n_llm_spans"] == 3 and report["n_triplets"] == 2
     assert report["drop_counts"] == {"inside_reward_span": 1}
     assert report["dropped"][0]["name"] == "openai.chat.completion"
+    # Continuity breaks (where trajectory training starts a new row) are counted by cause for the triplet view.
+    assert set(report["break_counts"]) == {"chat_template", "retokenization", "other"}
+    assert sum(report["break_counts"].values()) == len(report["token_drift"])
+    assert all(drift["cause"] in report["break_counts"] for drift in report["token_drift"])
 
 
 async def test_triplets_of_an_earlier_attempt(http: httpx.AsyncClient, seeded: Seeded) -> None:

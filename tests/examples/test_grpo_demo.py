@@ -49,7 +49,7 @@ async def _llm_calls(store_path: Path) -> tuple[dict[str, int], int, list[tuple[
         await store.close()
 
 
-def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path) -> None:
+def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 2048  # the demo's few-shot prompt is longer than the default 512
     args = train_calculator.build_parser().parse_args(["--quick", "--output-dir", str(tmp_path / "demo")])
@@ -57,17 +57,39 @@ def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path) -> No
 
     out = tmp_path / "demo"
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
-    assert set(summary["val_before"]) >= {"reward_mean", "exact_accuracy"} and summary["val_after"]
-    assert len(summary["train_reward_per_step"]) == 2
+    held_out = summary["held_out_exact_accuracy"]
+    assert set(held_out) == {"greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward"}
+    assert all(set(v) == {"before", "after"} for v in held_out.values())
+    assert len(summary["train_reward_per_step"]) == 2 and summary["steps"] == 2
+    assert summary["rows"]["aggregation"] == "trajectory"
+    assert 1.0 <= summary["rows"]["llm_calls_per_rollout"] and summary["rows"]["rows_per_rollout"] >= 1.0
     assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Off a terminal the run logs progress lines; its last line is the one-line summary, also in summary.json.
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("  validation (before training): ") for line in lines)
+    assert any(line.startswith("  step 1/2: ") and "rollouts done" in line for line in lines)
+    assert lines[-1] == summary["line"]
+    expected = (
+        f"demo: held-out greedy {held_out['greedy_exact']['before']:.2f} -> {held_out['greedy_exact']['after']:.2f}, "
+        f"sampled {held_out['sampled_exact']['before']:.2f} -> {held_out['sampled_exact']['after']:.2f}, 2 steps, "
+    )
+    assert summary["line"].startswith(expected) and summary["line"].endswith(" s")
 
     records = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2]
+    assert {"val_exact_accuracy", "val_sampled_exact_accuracy"} <= set(records[0]) and "val_exact_accuracy" in records[
+        2
+    ]
     for record in records[1:]:
         assert record["rollouts"] == 4 and record["rollouts_failed"] == 0
         assert record["triplets_skipped"] == 0 and record["old_logprobs_recomputed"] == 0
-        assert record["samples"] >= 4  # at least one trained LLM call per rollout
+        assert record["samples"] >= 4 and record["rows"] == record["samples"]  # at least one row per rollout
+        assert record["transitions"] >= record["rows"]
+        assert record["optimizer_steps"] <= 2  # --optimizer-steps caps the updates per batch
 
     modes, llm_spans, with_tokens = asyncio.run(_llm_calls(out / "store.db"))
-    assert modes == {"val": 8, "train": 8}  # 4 held-out tasks before and after, 2 steps x 2 tasks x 2 rollouts
-    assert llm_spans >= 16
+    # 4 held-out tasks x (greedy + sampled) before and after, 2 steps x 2 tasks x 2 rollouts.
+    assert modes == {"val": 16, "train": 8}
+    assert llm_spans >= 24
+    assert all(count >= 1 for _mode, count in with_tokens)

@@ -183,3 +183,58 @@ def test_as_resource_points_at_the_server(server: PolicyServer) -> None:
     resource = server.as_resource({"temperature": 0.5})
     assert resource.endpoint == server.endpoint and resource.model == "tiny"
     assert resource.sampling_parameters == {"temperature": 0.5}
+
+
+def test_a_paused_server_answers_429_with_retry_after_and_the_openai_client_retries() -> None:
+    model, tokenizer = tiny_model()
+    with PolicyServer(model, tokenizer, retry_after_s=0.2) as server:
+        server.pause()
+        raw = httpx.post(f"{server.endpoint}/chat/completions", json={"model": "m", "messages": HELLO, "max_tokens": 2})
+        assert raw.status_code == 429 and raw.headers["retry-after"] == "0.2"
+        assert "swapping weights" in raw.json()["error"]["message"]
+        with pytest.raises(openai.RateLimitError):
+            _client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=2)  # type: ignore[arg-type]
+
+        async def retried() -> Any:
+            client = openai.AsyncOpenAI(base_url=server.endpoint, api_key="unused", max_retries=5)
+            call = asyncio.ensure_future(client.chat.completions.create(model="m", messages=HELLO, max_tokens=2))  # type: ignore[arg-type]
+            await asyncio.sleep(0.5)
+            server.resume()
+            return await call
+
+        response = asyncio.run(retried())
+        assert response.choices[0].message is not None
+        assert server.rejected_while_paused >= 3 and server.in_flight == 0
+
+
+def test_swap_weights_lets_running_requests_finish_then_serves_the_new_version() -> None:
+    model, tokenizer = tiny_model()
+    with PolicyServer(model, tokenizer) as server:
+        client = openai.AsyncOpenAI(base_url=server.endpoint, api_key="unused", max_retries=5)
+        other, _ = tiny_model(seed=3)
+
+        async def run() -> tuple[Any, Any, Any]:
+            body: dict[str, Any] = {"model": "m", "messages": HELLO, "max_tokens": 40, "temperature": 0}
+            running = asyncio.ensure_future(client.chat.completions.create(**body))
+            streamed = asyncio.ensure_future(client.chat.completions.create(**body, stream=True))
+            for _ in range(200):  # wait (bounded) until both requests are being answered
+                if server.in_flight == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.in_flight == 2
+            version = await asyncio.to_thread(server.swap_weights, other, drain_timeout=60)
+            assert version == 1 and server.in_flight == 0 and not server.paused
+            chunks = [chunk async for chunk in await streamed]
+            after = await client.chat.completions.create(**body)
+            return await running, chunks, after
+
+        before, chunks, after = asyncio.run(run())
+        # The running requests finished on the old weights; the next one reports the new version.
+        assert before.system_fingerprint == "weights-v0" and after.system_fingerprint == "weights-v1"
+        assert chunks and len(server.drain_times_s) == 1 and server.drain_times_s[0] >= 0
+        with pytest.raises(TimeoutError):
+            server._in_flight += 1  # a request that never ends  # type: ignore[reportPrivateUsage]
+            try:
+                server.drain(timeout=0.1)
+            finally:
+                server._in_flight -= 1  # type: ignore[reportPrivateUsage]

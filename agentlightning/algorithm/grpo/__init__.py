@@ -5,7 +5,7 @@ Importing this package does not import torch; the learner and the policy server 
 
 from __future__ import annotations
 
-from .advantages import group_advantages, turn_returns
+from .advantages import group_advantages, step_advantages, turn_returns
 from .algorithm import GRPO
 from .batch import RolloutTriplets, Sample, TokenBatch, collate, samples_from_rollouts, triplet_tokens
 from .config import GRPOConfig
@@ -28,6 +28,7 @@ __all__ = [
     "plot_reward_curve",
     "read_metrics",
     "samples_from_rollouts",
+    "step_advantages",
     "token_logprobs",
     "triplet_tokens",
     "turn_returns",

@@ -8,6 +8,13 @@ For a rollout with per-turn rewards r_0..r_{T-1} (the final reward sits on the l
 With gamma = 1 and only a final reward R, every turn carries R and A_t = (R - mean) / (std + eps): the
 GRPO advantage. `std` is the unbiased sample std; a group whose totals are all equal (std <= eps, also
 a group of one) is only centred, so discounted turn returns never get divided by ~0.
+
+Step-level credit (GiGPO-style, `step_advantages`): turns of a group's rollouts that saw the identical
+observation form an anchor group; each turn's return G_t is normalised within its anchor group:
+
+    S_t = (G_t - mean_anchor(G)) / (std_anchor(G) + eps)      # 0 for an anchor seen once
+
+and the trained advantage is A + w * S_t (w = `step_advantage_weight`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import math
 from collections import defaultdict
 from typing import Dict, Hashable, List, Optional, Sequence
 
-__all__ = ["turn_returns", "group_advantages"]
+__all__ = ["turn_returns", "group_advantages", "step_advantages"]
 
 
 def turn_returns(rewards: Sequence[Optional[float]], gamma: float = 1.0, fill_value: float = 0.0) -> List[float]:
@@ -67,3 +74,41 @@ def group_advantages(
         denominator = (std + eps) if scale and std > eps else 1.0
         advantages.append([(g - mean) / denominator for g in rollout_returns])
     return advantages
+
+
+def step_advantages(
+    returns: Sequence[Sequence[float]],
+    observations: Sequence[Sequence[Hashable]],
+    group_ids: Sequence[Hashable],
+    *,
+    scale: bool = True,
+    eps: float = 1e-6,
+) -> List[List[float]]:
+    """Per-turn step advantages: each turn's return normalised among the turns of its group that saw the
+    same observation (`observations[i][t]`, any hashable key, e.g. the tokens the environment returned)."""
+    if not (len(returns) == len(observations) == len(group_ids)):
+        raise ValueError(
+            f"got {len(returns)} rollouts of returns, {len(observations)} of observations and {len(group_ids)} "
+            "group ids; give one of each per rollout"
+        )
+    anchors: Dict[Hashable, List[float]] = defaultdict(list)
+    for rollout_returns, rollout_observations, group in zip(returns, observations, group_ids, strict=True):
+        if len(rollout_returns) != len(rollout_observations):
+            raise ValueError(
+                f"a rollout has {len(rollout_returns)} turn returns but {len(rollout_observations)} observations"
+            )
+        for g, observation in zip(rollout_returns, rollout_observations, strict=True):
+            anchors[(group, observation)].append(g)
+    stats: Dict[Hashable, tuple[float, float]] = {}
+    for key, values in anchors.items():
+        mean = sum(values) / len(values)
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+        stats[key] = (mean, math.sqrt(var))
+    result: List[List[float]] = []
+    for rollout_returns, rollout_observations, group in zip(returns, observations, group_ids, strict=True):
+        row: List[float] = []
+        for g, observation in zip(rollout_returns, rollout_observations, strict=True):
+            mean, std = stats[(group, observation)]
+            row.append((g - mean) / ((std + eps) if scale and std > eps else 1.0))
+        result.append(row)
+    return result

@@ -9,6 +9,7 @@ crash it resumes from the last checkpoint and reuses the rollouts of the interru
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
 import statistics
@@ -85,6 +86,8 @@ class GRPO(Algorithm):
         self.learner: Optional[GRPOLearner] = None
         self.server: Optional[PolicyServer] = None
         self.history: List[Dict[str, Any]] = []
+        self._prefetched: Dict[int, Dict[Tuple[int, int], str]] = {}
+        """Async: rollouts already enqueued for a coming step, by (group, sample)."""
 
     # Setup -------------------------------------------------------------------------------------------
 
@@ -109,9 +112,14 @@ class GRPO(Algorithm):
         from .learner import GRPOLearner
 
         model, tokenizer = self._load_model()
+        served: Optional[torch.nn.Module] = None
+        if self.config.async_rollouts:  # generation goes on during updates: serve a copy, swapped after each
+            from ...serving.models import resolve_device
+
+            served = copy.deepcopy(model).to(resolve_device(self.config.device)).eval()
         self.learner = GRPOLearner(model, tokenizer, self.config)
         self.server = PolicyServer(
-            self.learner.policy,
+            served if served is not None else self.learner.policy,
             tokenizer,
             model_name=f"grpo-{self.model_spec}" if isinstance(self.model_spec, str) else "grpo-policy",
             host=self.server_host,
@@ -204,10 +212,11 @@ class GRPO(Algorithm):
         learner, server, cfg = self.learner, self.server, self.config
         step = learner.global_step
         started = time.perf_counter()
-        tasks = self.tasks_for_step(train_dataset, step)
-        # Keys are (group, sample): the group is the task's slot in this step's batch.
-        wanted = {(slot, k): task for slot, (_index, task) in enumerate(tasks) for k in range(cfg.group_size)}
+        wanted = self._step_requests(train_dataset, step)
         existing = await self._existing_rollouts(step) if reuse_store else {}
+        prefetched = self._prefetched.pop(step, {})
+        existing.update(prefetched)
+        ready = len(await self._finished_now(list(prefetched.values())))
         requests = {key: task for key, task in wanted.items() if key not in existing}
         enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
         rollout_keys = {**existing, **enqueued}
@@ -219,6 +228,12 @@ class GRPO(Algorithm):
             rollout_keys.update(replacements)
             finished.update(await self._wait(list(replacements.values())))
         rollout_time = time.perf_counter() - started
+        if cfg.async_rollouts and step + 1 < cfg.total_steps and step + 1 not in self._prefetched:
+            # Generation for the next step runs (on the current weights) while this step updates the policy.
+            upcoming = self._step_requests(train_dataset, step + 1)
+            self._prefetched[step + 1] = await self._enqueue(
+                upcoming, step + 1, mode="train", resources_id=_TRAIN_RESOURCES_ID
+            )
 
         groups: List[RolloutTriplets] = []
         returns: List[float] = []
@@ -233,10 +248,16 @@ class GRPO(Algorithm):
         counters: Dict[str, int] = {}
         samples = samples_from_rollouts(
             groups,
+            aggregation=cfg.aggregation,
+            advantage_level=cfg.advantage_level,
             turn_discount=cfg.turn_discount,
             scale_advantages=cfg.scale_advantages,
             reward_fill_value=cfg.reward_fill_value,
             eps=cfg.advantage_eps,
+            step_advantage_weight=cfg.step_advantage_weight,
+            max_prompt_length=cfg.max_prompt_length,
+            max_response_length=cfg.max_response_length,
+            decode=self._decode,
             stats=counters,
         )
         for group in groups:
@@ -249,8 +270,20 @@ class GRPO(Algorithm):
                 f"GRPO step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
                 "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
             )
+        staleness: Dict[str, float] = {}
+        if cfg.async_rollouts:
+            samples, staleness = self._drop_stale(samples, server.weights_version)
+            if not samples:
+                raise RuntimeError(
+                    f"GRPO step {step + 1}: every sample is more than max_staleness={cfg.max_staleness} updates "
+                    "old; raise max_staleness or check that the policy server reports its weights version"
+                )
         response_tokens = sum(len(s.response_ids) for s in samples)
-        metrics = await asyncio.to_thread(self._locked_update, samples)
+        update = self._async_update if cfg.async_rollouts else self._locked_update
+        metrics = await asyncio.to_thread(update, samples)
+        metrics.update(staleness)
+        if cfg.async_rollouts:
+            metrics["rollouts_ready_at_step_start"] = float(ready)
         metrics.update(
             {
                 "reward_mean": statistics.fmean(returns) if returns else 0.0,
@@ -260,11 +293,52 @@ class GRPO(Algorithm):
                 "rollouts_per_s": len(rollout_keys) / rollout_time if rollout_time > 0 else 0.0,
                 "generation_tokens_per_s": response_tokens / rollout_time if rollout_time > 0 else 0.0,
                 "triplets_skipped": float(counters.get("skipped_triplets", 0)),
+                **_row_metrics(counters, samples, len(groups)),
                 "step_time_s": time.perf_counter() - started,
                 "weights_version": float(server.weights_version),
             }
         )
         return metrics
+
+    def _step_requests(self, train_dataset: Dataset[Any], step: int) -> Dict[Tuple[int, int], Any]:
+        """The rollouts a step needs, keyed (group, sample): the group is the task's slot in the batch."""
+        tasks = self.tasks_for_step(train_dataset, step)
+        return {(slot, k): task for slot, (_index, task) in enumerate(tasks) for k in range(self.config.group_size)}
+
+    async def _finished_now(self, rollout_ids: List[str]) -> List[Rollout]:
+        if not rollout_ids:
+            return []
+        try:
+            return list(await self.get_store().wait_for_rollouts(rollout_ids=rollout_ids, timeout=0.0))
+        except ValueError:
+            return []
+
+    def _drop_stale(self, samples: List[Any], version: int) -> Tuple[List[Any], Dict[str, float]]:
+        """Samples at most `max_staleness` updates behind `version`, and the staleness histogram."""
+        kept: List[Any] = []
+        histogram: Dict[str, float] = {}
+        dropped = 0
+        for sample in samples:
+            behind = version - sample.policy_version if sample.policy_version is not None else 0
+            key = f"staleness_{behind}"
+            histogram[key] = histogram.get(key, 0.0) + 1.0
+            if behind > self.config.max_staleness:
+                dropped += 1
+            else:
+                kept.append(sample)
+        return kept, {**histogram, "samples_stale_dropped": float(dropped)}
+
+    def _async_update(self, samples: Sequence[Any]) -> Dict[str, float]:
+        """Update the learner's weights while generation continues on the served copy, then swap them in."""
+        assert self.learner is not None and self.server is not None
+        metrics = self.learner.step(samples, off_policy=True)
+        self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
+        metrics["drain_time_s"] = self.server.drain_times_s[-1]
+        return metrics
+
+    def _decode(self, ids: List[int]) -> str:
+        assert self.learner is not None
+        return str(self.learner.tokenizer.decode(ids))
 
     def _locked_update(self, samples: Sequence[Any]) -> Dict[str, float]:
         assert self.learner is not None and self.server is not None
@@ -367,6 +441,23 @@ class GRPO(Algorithm):
 
 def _failed(rollout: Optional[Rollout]) -> bool:
     return rollout is not None and rollout.status in ("failed", "cancelled")
+
+
+def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int) -> Dict[str, float]:
+    """Rows vs LLM calls (transitions), continuity breaks by cause, limits hit, and tokens per rollout."""
+    per_rollout = max(1, rollouts)
+    metrics = {
+        "transitions": float(counters.get("triplets", 0) - counters.get("skipped_triplets", 0)),
+        "rows": float(counters.get("rows", 0)),
+        "rows_dropped_prompt_too_long": float(counters.get("rows_dropped_prompt_too_long", 0)),
+        "rows_truncated": float(counters.get("rows_truncated", 0)),
+        "trained_tokens_per_rollout": sum(s.trained_tokens for s in samples) / per_rollout,
+        "row_tokens_per_rollout": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples) / per_rollout,
+    }
+    for key, value in counters.items():
+        if key.startswith("breaks_"):
+            metrics[key] = float(value)
+    return metrics
 
 
 def _total_reward(rewards: Sequence[Optional[float]], fill_value: float) -> float:

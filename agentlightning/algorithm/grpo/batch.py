@@ -1,22 +1,31 @@
 """From triplets to token-level training batches.
 
-Every LLM call of a rollout (a triplet with prompt and response token ids) becomes one `Sample` that
-carries its turn's advantage. A batch concatenates prompt and response ids, right-pads them, and marks
-the response tokens in `response_mask`: the loss only ever sees response tokens.
+A rollout's LLM calls become training rows in one of two ways (`aggregation`):
+
+- "trajectory" (default): consecutive calls merge into one row while each prompt extends the previous
+  prompt + response exactly (`adapter.trajectory.merge_turns`); the tokens between responses (tool
+  results, user turns) are context with loss mask 0. A continuity break starts a new row.
+- "transition": every call is its own row (each one recomputes the shared prefix).
+
+Every row of a rollout carries the rollout's advantage (`advantage_level="rollout"`, computed once from
+its total return), or with `advantage_level="turn"` the advantage of its first call's discounted return.
+A batch concatenates prompt and response ids, right-pads them, and marks the trained tokens in
+`response_mask`: the loss only ever sees tokens the model generated.
 
 Alignment: position t of `input_ids` holds token x_t; `old_logprobs[:, t]` is log pi_old(x_t | x_<t),
-the value the policy server reported when it sampled x_t, and 0 outside the response.
+the value the policy server reported when it sampled x_t, and 0 outside the trained tokens.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Hashable, List, Literal, Optional, Sequence
 
+from ...adapter.trajectory import BREAK_CAUSES, TurnTokens, merge_turns, observation_keys, triplet_tokens
 from ...types.core import Triplet
-from .advantages import group_advantages, turn_returns
+from .advantages import group_advantages, step_advantages, turn_returns
 
 if TYPE_CHECKING:
     import torch
@@ -28,15 +37,20 @@ __all__ = [
     "triplet_tokens",
     "samples_from_rollouts",
     "truncate_sample",
+    "rollout_row_weights",
+    "policy_version_of",
     "collate",
 ]
 
 logger = logging.getLogger(__name__)
 
+Aggregation = Literal["trajectory", "transition"]
+AdvantageLevel = Literal["rollout", "turn"]
+
 
 @dataclass
 class Sample:
-    """One LLM call to train on."""
+    """One training row: a prompt and the tokens after it (one LLM call, or several merged calls)."""
 
     prompt_ids: List[int]
     response_ids: List[int]
@@ -46,9 +60,23 @@ class Sample:
     ref_logprobs: Optional[List[float]] = None
     """Filled in by the learner when a KL penalty is used."""
     reward: float = 0.0
-    """The turn return G_t (for logging)."""
+    """The return of the row's first call (for logging)."""
     rollout_id: str = ""
     group_id: Hashable = ""
+    loss_mask: Optional[List[int]] = None
+    """1 for tokens of `response_ids` the model generated, 0 for context between merged calls; None: all 1."""
+    turns: int = 1
+    """LLM calls merged into this row."""
+    token_advantages: Optional[List[float]] = None
+    """Per-token advantages over `response_ids` (step-level credit); None: `advantage` on every token."""
+    policy_version: Optional[int] = None
+    """Weights version of the policy that sampled the row (the oldest of its calls), when recorded."""
+    is_weights: Optional[List[float]] = None
+    """Per-token truncated importance weights over `response_ids` (async training); None: all 1."""
+
+    @property
+    def trained_tokens(self) -> int:
+        return len(self.response_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
 @dataclass
@@ -62,70 +90,51 @@ class RolloutTriplets:
     """Overrides the last triplet's reward when given (e.g. `find_final_reward` of the spans)."""
 
 
-def _logprob_values(raw: Any) -> Optional[List[float]]:
-    """Accepts a list of floats, OpenAI `logprobs` / `logprobs.content` entries, or their JSON text."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError:
-            return None
-    if isinstance(raw, dict):
-        raw = raw.get("content")  # type: ignore[reportUnknownMemberType]
-    if not isinstance(raw, list):
-        return None
-    values: List[float] = []
-    for entry in raw:  # type: ignore[reportUnknownVariableType]
-        value = entry.get("logprob") if isinstance(entry, dict) else entry  # type: ignore[reportUnknownMemberType]
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return None
-        values.append(float(value))
-    return values
-
-
-def _token_ids(part: Any) -> Optional[List[int]]:
-    ids = part.get("token_ids") if isinstance(part, dict) else None  # type: ignore[reportUnknownMemberType]
-    if isinstance(ids, str):
-        try:
-            ids = json.loads(ids)
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids):  # type: ignore[reportUnknownVariableType]
-        return None
-    return [int(i) for i in ids]  # type: ignore[reportUnknownVariableType]
-
-
-def triplet_tokens(triplet: Triplet) -> Optional[Tuple[List[int], List[int], Optional[List[float]]]]:
-    """`(prompt_ids, response_ids, response_logprobs)` of a triplet, or None when it lacks token ids."""
-    prompt_ids, response_ids = _token_ids(triplet.prompt), _token_ids(triplet.response)
-    if not prompt_ids or not response_ids:
-        return None
-    raw = triplet.response.get("logprobs") if isinstance(triplet.response, dict) else None  # type: ignore[reportUnknownMemberType]
-    logprobs = _logprob_values(raw)
-    if logprobs is not None and len(logprobs) != len(response_ids):
-        logger.warning(
-            "Triplet has %d logprobs for %d response tokens; they will be recomputed", len(logprobs), len(response_ids)
-        )
-        logprobs = None
-    return prompt_ids, response_ids, logprobs
+_COUNTERS = (
+    "triplets",
+    "skipped_triplets",
+    "rollouts_without_samples",
+    "rows",
+    "rows_dropped_prompt_too_long",
+    "rows_truncated",
+    *(f"breaks_{cause}" for cause in BREAK_CAUSES),
+)
 
 
 def samples_from_rollouts(
     rollouts: Sequence[RolloutTriplets],
     *,
+    aggregation: Aggregation = "trajectory",
+    advantage_level: AdvantageLevel = "rollout",
     turn_discount: float = 1.0,
     scale_advantages: bool = True,
     reward_fill_value: float = 0.0,
     eps: float = 1e-6,
+    step_advantage_weight: float = 0.0,
+    max_prompt_length: Optional[int] = None,
+    max_response_length: Optional[int] = None,
+    decode: Optional[Callable[[List[int]], str]] = None,
     stats: Optional[Dict[str, int]] = None,
 ) -> List[Sample]:
-    """Samples with group-normalised advantages; triplets without token ids are skipped and counted.
+    """Training rows with group-normalised advantages (see the module docstring).
 
-    `stats` (if given) receives `triplets`, `skipped_triplets` (no token ids) and `rollouts_without_samples`.
+    `step_advantage_weight` w > 0 adds w x the GiGPO-style step advantage (`advantages.step_advantages`,
+    anchors: identical observations, see `adapter.trajectory.observation_keys`) to each call's advantage;
+    a merged row then carries per-token advantages.
+
+    Limits: a row whose (first) prompt is longer than `max_prompt_length` is dropped; a row's tokens past
+    `max_response_length` are cut. `decode` (the tokenizer's) sharpens the cause of continuity breaks.
+
+    `stats` (if given) receives the counts: `triplets`, `skipped_triplets` (no token ids),
+    `rollouts_without_samples`, `rows`, `rows_dropped_prompt_too_long`, `rows_truncated` and
+    `breaks_<cause>` for each continuity break cause (trajectory aggregation only).
     """
+    if aggregation not in ("trajectory", "transition"):
+        raise ValueError(f"aggregation must be 'trajectory' or 'transition', got {aggregation!r}")
+    if advantage_level not in ("rollout", "turn"):
+        raise ValueError(f"advantage_level must be 'rollout' or 'turn', got {advantage_level!r}")
     counters = stats if stats is not None else {}
-    for key in ("triplets", "skipped_triplets", "rollouts_without_samples"):
+    for key in _COUNTERS:
         counters.setdefault(key, 0)
     all_returns: List[List[float]] = []
     for rollout in rollouts:
@@ -136,28 +145,80 @@ def samples_from_rollouts(
             rewards = [rollout.final_reward]
         all_returns.append(turn_returns(rewards, turn_discount, reward_fill_value))
     advantages = group_advantages(all_returns, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps)
-    samples: List[Sample] = []
-    for rollout, returns, rollout_advantages in zip(rollouts, all_returns, advantages, strict=False):
-        produced = 0
-        for triplet, turn_return, advantage in zip(rollout.triplets, returns, rollout_advantages, strict=False):
+    all_turns: List[List[TurnTokens]] = []
+    all_versions: List[List[Optional[int]]] = []
+    for rollout in rollouts:
+        turns: List[TurnTokens] = []
+        for index, triplet in enumerate(rollout.triplets):
             counters["triplets"] += 1
             tokens = triplet_tokens(triplet)
             if tokens is None:
                 counters["skipped_triplets"] += 1
                 continue
-            prompt_ids, response_ids, logprobs = tokens
-            samples.append(
-                Sample(
-                    prompt_ids=prompt_ids,
-                    response_ids=response_ids,
-                    advantage=advantage,
-                    old_logprobs=logprobs,
-                    reward=turn_return,
-                    rollout_id=rollout.rollout_id,
-                    group_id=rollout.group_id,
-                )
+            turns.append(TurnTokens(*tokens, index=index))
+        all_turns.append(turns)
+        all_versions.append([policy_version_of(t) for t in rollout.triplets])
+    # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
+    call_advantages: List[List[float]] = [
+        [values[0]] * len(values) if advantage_level == "rollout" and values else list(values) for values in advantages
+    ]
+    if step_advantage_weight:
+        observations: List[List[object]] = []
+        for rollout, turns, returns in zip(rollouts, all_turns, all_returns, strict=True):
+            keys: List[object] = [("no-token-ids", rollout.rollout_id, i) for i in range(len(returns))]
+            for turn, key in zip(turns, observation_keys(turns), strict=True):
+                keys[turn.index] = key
+            observations.append(keys)
+        steps = step_advantages(
+            all_returns, observations, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps
+        )
+        call_advantages = [
+            [a + step_advantage_weight * s for a, s in zip(row, step_row, strict=True)]
+            for row, step_row in zip(call_advantages, steps, strict=True)
+        ]
+    samples: List[Sample] = []
+    for rollout, returns, rollout_advantages, turns, versions in zip(
+        rollouts, all_returns, call_advantages, all_turns, all_versions, strict=True
+    ):
+        if aggregation == "trajectory":
+            rows, breaks = merge_turns(turns, decode=decode)
+            for item in breaks:
+                counters[f"breaks_{item.cause}"] += 1
+        else:
+            rows = [row for turn in turns for row in merge_turns([turn])[0]]
+        produced = 0
+        for row in rows:
+            first = row.turns[0]
+            if max_prompt_length is not None and len(row.prompt_ids) > max_prompt_length:
+                counters["rows_dropped_prompt_too_long"] += 1
+                continue
+            token_advantages: Optional[List[float]] = None
+            if step_advantage_weight and len(row.turns) > 1:
+                token_advantages = [0.0] * len(row.response_ids)
+                bounds = [*row.response_starts[1:], len(row.response_ids)]
+                start = 0
+                for turn_index, end in zip(row.turns, bounds, strict=True):
+                    token_advantages[start:end] = [rollout_advantages[turn_index]] * (end - start)
+                    start = end
+            sample = Sample(
+                prompt_ids=row.prompt_ids,
+                response_ids=row.response_ids,
+                advantage=rollout_advantages[first],
+                token_advantages=token_advantages,
+                old_logprobs=row.logprobs,
+                reward=returns[first],
+                rollout_id=rollout.rollout_id,
+                group_id=rollout.group_id,
+                loss_mask=row.loss_mask if 0 in row.loss_mask else None,
+                turns=len(row.turns),
+                policy_version=min((v for v in (versions[t] for t in row.turns) if v is not None), default=None),
             )
+            if max_response_length is not None and len(sample.response_ids) > max_response_length:
+                counters["rows_truncated"] += 1
+                sample = truncate_sample(sample, len(sample.prompt_ids), max_response_length)
+            samples.append(sample)
             produced += 1
+        counters["rows"] += produced
         if produced == 0:
             counters["rollouts_without_samples"] += 1
     if counters["skipped_triplets"]:
@@ -168,6 +229,29 @@ def samples_from_rollouts(
             counters["triplets"],
         )
     return samples
+
+
+_VERSION_RE = re.compile(r"weights-v(\d+)")
+
+
+def policy_version_of(triplet: Triplet) -> Optional[int]:
+    """The weights version that produced a call (the policy server's `system_fingerprint`, "weights-v<N>")."""
+    response = triplet.metadata.get("response") if isinstance(triplet.metadata, dict) else None
+    fingerprint = response.get("system_fingerprint") if isinstance(response, dict) else None  # type: ignore[reportUnknownMemberType]
+    match = _VERSION_RE.fullmatch(fingerprint) if isinstance(fingerprint, str) else None
+    return int(match.group(1)) if match else None
+
+
+def rollout_row_weights(samples: Sequence[Sample]) -> List[float]:
+    """1 / (trained tokens of the sample's rollout, all its rows together) per sample: the "rollout-mean"
+    weights. Samples without a rollout id count as rollouts of their own."""
+    totals: Dict[Hashable, int] = {}
+    keys: List[Hashable] = []
+    for index, sample in enumerate(samples):
+        key: Hashable = sample.rollout_id or ("#row", index)
+        keys.append(key)
+        totals[key] = totals.get(key, 0) + sample.trained_tokens
+    return [1.0 / max(1, totals[key]) for key in keys]
 
 
 def truncate_sample(sample: Sample, max_prompt_length: int, max_response_length: int) -> Sample:
@@ -181,6 +265,9 @@ def truncate_sample(sample: Sample, max_prompt_length: int, max_response_length:
         response_ids=sample.response_ids[cut],
         old_logprobs=None if sample.old_logprobs is None else sample.old_logprobs[cut],
         ref_logprobs=None if sample.ref_logprobs is None else sample.ref_logprobs[cut],
+        loss_mask=None if sample.loss_mask is None else sample.loss_mask[cut],
+        token_advantages=None if sample.token_advantages is None else sample.token_advantages[cut],
+        is_weights=None if sample.is_weights is None else sample.is_weights[cut],
     )
 
 
@@ -194,13 +281,29 @@ class TokenBatch:
     old_logprobs: torch.Tensor
     ref_logprobs: torch.Tensor
     advantages: torch.Tensor
+    is_weights: torch.Tensor
+    """`[B, L]` truncated importance weight of every token (1 unless async training set them)."""
+    token_advantages: torch.Tensor
+    """`[B, L]` advantage of every token (the row's `advantage`, or its per-token step-level values)."""
+    row_weights: torch.Tensor
+    """`[B]` weight of each row's token sum under "rollout-mean" (1 / its rollout's trained tokens)."""
     prompt_lengths: List[int] = field(default_factory=lambda: [])
     response_lengths: List[int] = field(default_factory=lambda: [])
 
     def to(self, device: torch.device) -> TokenBatch:
         tensors = {
             name: getattr(self, name).to(device)
-            for name in ("input_ids", "attention_mask", "response_mask", "old_logprobs", "ref_logprobs", "advantages")
+            for name in (
+                "input_ids",
+                "attention_mask",
+                "response_mask",
+                "old_logprobs",
+                "ref_logprobs",
+                "advantages",
+                "token_advantages",
+                "is_weights",
+                "row_weights",
+            )
         }
         return replace(self, **tensors)
 
@@ -213,12 +316,19 @@ class TokenBatch:
         ]
 
 
-def collate(samples: Sequence[Sample], pad_token_id: int) -> TokenBatch:
-    """Build a `TokenBatch`; missing old/ref logprobs become zeros (fill them before computing the loss)."""
+def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[Sequence[float]] = None) -> TokenBatch:
+    """Build a `TokenBatch`; missing old/ref logprobs become zeros (fill them before computing the loss).
+
+    `row_weights` default to 1 / each row's trained tokens (every row its own rollout).
+    """
     import torch
 
     if not samples:
         raise ValueError("cannot collate an empty list of samples")
+    if row_weights is None:
+        row_weights = [1.0 / max(1, s.trained_tokens) for s in samples]
+    if len(row_weights) != len(samples):
+        raise ValueError(f"got {len(row_weights)} row weights for {len(samples)} samples; give one per sample")
     width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     size = (len(samples), width)
     input_ids = torch.full(size, pad_token_id, dtype=torch.long)
@@ -226,11 +336,22 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> TokenBatch:
     response_mask = torch.zeros(size, dtype=torch.float32)
     old_logprobs = torch.zeros(size, dtype=torch.float32)
     ref_logprobs = torch.zeros(size, dtype=torch.float32)
+    token_advantages = torch.zeros(size, dtype=torch.float32)
+    is_weights = torch.ones(size, dtype=torch.float32)
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
+        if s.is_weights is not None:
+            is_weights[i, p : p + r] = torch.tensor(s.is_weights, dtype=torch.float32)
+        if s.token_advantages is None:
+            token_advantages[i, p : p + r] = s.advantage
+        else:
+            token_advantages[i, p : p + r] = torch.tensor(s.token_advantages, dtype=torch.float32)
         input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long)
         attention_mask[i, : p + r] = 1
-        response_mask[i, p : p + r] = 1.0
+        if s.loss_mask is None:
+            response_mask[i, p : p + r] = 1.0
+        else:
+            response_mask[i, p : p + r] = torch.tensor(s.loss_mask, dtype=torch.float32)
         if s.old_logprobs is not None:
             old_logprobs[i, p : p + r] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if s.ref_logprobs is not None:
@@ -242,6 +363,9 @@ def collate(samples: Sequence[Sample], pad_token_id: int) -> TokenBatch:
         old_logprobs=old_logprobs,
         ref_logprobs=ref_logprobs,
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        token_advantages=token_advantages,
+        is_weights=is_weights,
+        row_weights=torch.tensor(list(row_weights), dtype=torch.float32),
         prompt_lengths=[len(s.prompt_ids) for s in samples],
         response_lengths=[len(s.response_ids) for s in samples],
     )

@@ -25,12 +25,29 @@ class GRPOConfig:
     """Completion length limit published to agents (`sampling_parameters["max_tokens"]`)."""
     rollout_timeout_s: float = 600.0
     """How long a step waits for its rollouts; unfinished ones are dropped from the step."""
+    async_rollouts: bool = False
+    """Bounded-staleness async: the next step's rollouts are generated while the learner updates. The
+    policy server then serves its own copy of the weights, swapped after each update (pause, 429 +
+    Retry-After to new requests, drain, swap, resume)."""
+    max_staleness: int = 1
+    """Async: samples produced by a policy more than this many updates old are dropped (counted)."""
+    is_ratio_cap: float = 2.0
+    """Async: cap of the truncated importance weight pi_prox / pi_behaviour applied to every token."""
     val_interval: int = 0
     """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
     val_temperature: float = 0.0
     """Sampling temperature for validation rollouts (0: greedy)."""
 
-    # Advantages
+    # Rows and advantages
+    aggregation: Literal["trajectory", "transition"] = "trajectory"
+    """How a rollout's LLM calls become training rows: merged while their token ids are continuous
+    ("trajectory"), or one row per call ("transition"); see `algorithm/grpo/batch.py`."""
+    advantage_level: Literal["rollout", "turn"] = "rollout"
+    """"rollout": one advantage per rollout (its total return vs its group) on all its rows; "turn": each
+    row gets the advantage of its first call's discounted return-to-go."""
+    step_advantage_weight: float = 0.0
+    """w: add w x the GiGPO-style step advantage (turns that saw the same observation across a group's
+    rollouts, their discounted returns normalised together) to each call's advantage; 0 turns it off."""
     turn_discount: float = 1.0
     """gamma: per-turn discount of later rewards in a multi-turn rollout (1.0: every turn gets the return)."""
     scale_advantages: bool = True
@@ -48,6 +65,8 @@ class GRPOConfig:
     """Clip the global gradient norm (None: no clipping)."""
     epochs_per_batch: int = 1
     """mu: optimisation passes over each batch of samples."""
+    max_updates_per_batch: Optional[int] = None
+    """Cap on optimizer steps per batch, across all epochs (None: no cap)."""
     micro_batch_size: int = 4
     """Samples per forward/backward pass."""
     gradient_accumulation_steps: Optional[int] = None
@@ -60,12 +79,13 @@ class GRPOConfig:
     """beta: weight of the k3 KL estimate to the reference policy (0: no reference model needed)."""
     entropy_coef: float = 0.0
     """Bonus for token entropy (0: entropy is only logged)."""
-    loss_aggregation: Literal["token-mean", "sequence-mean"] = "token-mean"
-    """Average the per-token loss over all tokens of an optimizer step, or per sequence then over sequences."""
+    loss_aggregation: Literal["rollout-mean", "token-mean", "sequence-mean"] = "rollout-mean"
+    """Every rollout weighs the same ("rollout-mean": each row's token sum / its rollout's trained tokens,
+    / rollouts of the step), or the mean over all tokens of the step, or per row then over rows."""
     max_prompt_length: int = 1024
-    """Prompt tokens kept per sample (older tokens are cut from the left)."""
+    """A row whose (first) prompt is longer is dropped (counted in `rows_dropped_prompt_too_long`)."""
     max_response_length: int = 512
-    """Response tokens trained per sample (the rest is cut)."""
+    """Tokens after the prompt kept per row (the rest is cut, counted in `rows_truncated`)."""
 
     # LoRA (peft)
     lora_rank: int = 0
@@ -97,6 +117,9 @@ class GRPOConfig:
             "clip_eps_low": 0 <= self.clip_eps_low < 1,
             "clip_eps_high": self.clip_eps_high >= 0,
             "turn_discount": 0 <= self.turn_discount <= 1,
+            "step_advantage_weight": self.step_advantage_weight >= 0,
+            "max_staleness": self.max_staleness >= 0,
+            "is_ratio_cap": self.is_ratio_cap >= 1,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,
             "max_prompt_length": self.max_prompt_length >= 1,
@@ -110,8 +133,16 @@ class GRPOConfig:
             raise ValueError(
                 f"gradient_accumulation_steps must be >= 1 or None, got {self.gradient_accumulation_steps}"
             )
-        if self.loss_aggregation not in ("token-mean", "sequence-mean"):
-            raise ValueError(f"loss_aggregation must be 'token-mean' or 'sequence-mean', got {self.loss_aggregation!r}")
+        if self.max_updates_per_batch is not None and self.max_updates_per_batch < 1:
+            raise ValueError(f"max_updates_per_batch must be >= 1 or None, got {self.max_updates_per_batch}")
+        choices = {
+            "loss_aggregation": ("rollout-mean", "token-mean", "sequence-mean"),
+            "aggregation": ("trajectory", "transition"),
+            "advantage_level": ("rollout", "turn"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

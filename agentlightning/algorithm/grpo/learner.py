@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Union
 
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
-from .batch import Sample, collate, truncate_sample
+from .batch import Sample, collate, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import grpo_loss, token_logprobs
 
@@ -114,8 +114,14 @@ class GRPOLearner:
 
     # Update ------------------------------------------------------------------------------------------
 
-    def step(self, samples: Sequence[Sample]) -> Dict[str, float]:
-        """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics."""
+    def step(self, samples: Sequence[Sample], *, off_policy: bool = False) -> Dict[str, float]:
+        """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics.
+
+        `off_policy` (async training): the samples may come from older weights. The current weights score
+        them first (pi_prox, the ratio's denominator), and each token's loss is scaled by the truncated
+        importance weight min(pi_prox / pi_behaviour, `is_ratio_cap`), pi_behaviour being the logprobs
+        recorded at sampling time.
+        """
         import torch
 
         if not samples:
@@ -127,17 +133,32 @@ class GRPOLearner:
         if missing:
             for i, logprobs in zip(missing, self.score([prepared[i] for i in missing]), strict=False):
                 prepared[i] = replace(prepared[i], old_logprobs=logprobs)
+        is_stats = {"sum": 0.0, "capped": 0.0, "tokens": 0.0}
+        if off_policy:
+            for i, prox in enumerate(self.score(prepared)):
+                sample = prepared[i]
+                behaviour = sample.old_logprobs or prox
+                mask = sample.loss_mask or [1] * len(prox)
+                weights = [min(math.exp(p - b), cfg.is_ratio_cap) for p, b in zip(prox, behaviour, strict=True)]
+                for weight, keep in zip(weights, mask, strict=True):
+                    if keep:
+                        is_stats["sum"] += weight
+                        is_stats["capped"] += float(weight >= cfg.is_ratio_cap)
+                        is_stats["tokens"] += 1.0
+                prepared[i] = replace(sample, old_logprobs=prox, is_weights=weights)
         use_reference = cfg.kl_coef > 0
         if use_reference:
             prepared = [
                 replace(s, ref_logprobs=r) for s, r in zip(prepared, self.score(prepared, reference=True), strict=False)
             ]
 
+        weights = rollout_row_weights(prepared)
         order_generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.global_step)
         sums: Dict[str, float] = defaultdict(float)
         grad_norms: List[float] = []
         losses: List[float] = []
         tokens_seen = 0
+        max_updates = cfg.max_updates_per_batch or math.inf
         self.policy.train()
         try:
             for _epoch in range(cfg.epochs_per_batch):
@@ -145,13 +166,18 @@ class GRPOLearner:
                 micro = [order[i : i + cfg.micro_batch_size] for i in range(0, len(order), cfg.micro_batch_size)]
                 per_step = cfg.gradient_accumulation_steps or len(micro)
                 for first in range(0, len(micro), per_step):
+                    if len(losses) >= max_updates:
+                        break
                     group = micro[first : first + per_step]
-                    members = [prepared[i] for indices in group for i in indices]
-                    num_tokens = float(sum(len(s.response_ids) for s in members))
+                    members = [i for indices in group for i in indices]
+                    num_tokens = float(sum(prepared[i].trained_tokens for i in members))
+                    total_weight = sum(weights[i] * prepared[i].trained_tokens for i in members)
                     self.optimizer.zero_grad(set_to_none=True)
                     step_loss = 0.0
                     for indices in group:
-                        batch = collate([prepared[i] for i in indices], self.pad_token_id).to(self.device)
+                        batch = collate(
+                            [prepared[i] for i in indices], self.pad_token_id, [weights[i] for i in indices]
+                        ).to(self.device)
                         logits = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
                         if cfg.entropy_coef:
                             logprobs, entropy = token_logprobs(
@@ -166,7 +192,7 @@ class GRPOLearner:
                         out = grpo_loss(
                             logprobs,
                             batch.old_logprobs,
-                            batch.advantages,
+                            batch.token_advantages,
                             batch.response_mask,
                             clip_eps_low=cfg.clip_eps_low,
                             clip_eps_high=cfg.clip_eps_high,
@@ -177,6 +203,9 @@ class GRPOLearner:
                             aggregation=cfg.loss_aggregation,
                             num_tokens=num_tokens,
                             num_sequences=float(len(members)),
+                            row_weights=batch.row_weights,
+                            total_weight=total_weight,
+                            is_weights=batch.is_weights if off_policy else None,
                         )
                         out.loss.backward()
                         step_loss += float(out.loss.item())
@@ -206,12 +235,21 @@ class GRPOLearner:
             "grad_norm": sum(grad_norms) / len(grad_norms),
             "optimizer_steps": float(len(losses)),
             "samples": float(len(prepared)),
-            "response_tokens": float(sum(len(s.response_ids) for s in prepared)),
+            "response_tokens": float(sum(s.trained_tokens for s in prepared)),
+            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in prepared)),
             "old_logprobs_recomputed": float(len(missing)),
             "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
             "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,
             "train_time_s": elapsed,
             "learning_rate": float(self.optimizer.param_groups[0]["lr"]),
+            **(
+                {
+                    "is_weight_mean": is_stats["sum"] / max(1.0, is_stats["tokens"]),
+                    "is_weight_capped_fraction": is_stats["capped"] / max(1.0, is_stats["tokens"]),
+                }
+                if off_policy
+                else {}
+            ),
         }
 
     # Checkpoints -------------------------------------------------------------------------------------

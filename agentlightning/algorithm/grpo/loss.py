@@ -7,8 +7,13 @@ Per response token t of sample i (pi_theta: current policy, pi_old: the sampler,
     kl_t      = exp(log pi_ref - log pi_theta) - (log pi_ref - log pi_theta) - 1       # k3, >= 0
     loss_t    = pg_t + beta * kl_t - entropy_coef * H_t
 
-and the loss is the mean of loss_t over the response tokens of an optimizer step ("token-mean") or the
-mean over sequences of each sequence's token mean ("sequence-mean", the original GRPO paper).
+and the loss is aggregated over the trained tokens of an optimizer step in one of three ways:
+
+- "rollout-mean" (default): each row's token sum is divided by its rollout's trained tokens (all its
+  rows together), and the step by its number of rollouts: every rollout weighs the same, however many
+  LLM calls (rows) it made and however long they were;
+- "token-mean": the mean over all tokens of the step (long, many-call rollouts weigh more);
+- "sequence-mean": the mean over rows of each row's token mean (the original GRPO paper).
 """
 
 from __future__ import annotations
@@ -52,19 +57,33 @@ def token_logprobs(
 
 
 def aggregate(
-    values: torch.Tensor, mask: torch.Tensor, mode: str, *, num_tokens: float, num_sequences: float
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_tokens: float,
+    num_sequences: float,
+    row_weights: Optional[torch.Tensor] = None,
+    total_weight: Optional[float] = None,
 ) -> torch.Tensor:
     """Sum of `values` over masked tokens normalised for the whole optimizer step, so micro-batches add up.
 
     "token-mean": divide by all response tokens of the step; "sequence-mean": average within each sequence,
-    then divide by all sequences of the step.
+    then divide by all sequences of the step; "rollout-mean": weight row i's token sum by `row_weights[i]`
+    (1 / its rollout's trained tokens) and divide by `total_weight` (sum of weight x tokens over the step's
+    rows: the number of rollouts when the step holds whole rollouts).
     """
+    if mode == "rollout-mean":
+        weights = row_weights if row_weights is not None else 1.0 / mask.sum(dim=-1).clamp(min=1.0)
+        if total_weight is None:
+            total_weight = float((weights * mask.sum(dim=-1)).sum().item())
+        return ((values * mask).sum(dim=-1) * weights).sum() / max(total_weight, 1e-12)
     if mode == "token-mean":
         return (values * mask).sum() / max(num_tokens, 1.0)
     if mode == "sequence-mean":
         per_sequence = (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
         return per_sequence.sum() / max(num_sequences, 1.0)
-    raise ValueError(f"unknown loss aggregation {mode!r}; use 'token-mean' or 'sequence-mean'")
+    raise ValueError(f"unknown loss aggregation {mode!r}; use 'rollout-mean', 'token-mean' or 'sequence-mean'")
 
 
 def grpo_loss(
@@ -82,23 +101,30 @@ def grpo_loss(
     aggregation: str = "token-mean",
     num_tokens: Optional[float] = None,
     num_sequences: Optional[float] = None,
+    row_weights: Optional[torch.Tensor] = None,
+    total_weight: Optional[float] = None,
+    is_weights: Optional[torch.Tensor] = None,
 ) -> GRPOLossOutput:
-    """The GRPO loss of one micro-batch (`[B, L]` tensors, `advantages` `[B]`); see the module docstring.
+    """The GRPO loss of one micro-batch (`[B, L]` tensors; `advantages` `[B]`, or `[B, L]` per token); see the
+    module docstring.
 
-    `num_tokens` / `num_sequences` are the totals of the whole optimizer step (default: this micro-batch).
+    `num_tokens` / `num_sequences` / `total_weight` are the totals of the whole optimizer step (default:
+    this micro-batch); `row_weights` `[B]` are the "rollout-mean" weights (default: each row its own rollout).
+    `is_weights` `[B, L]` (async training) scale each token's policy-gradient term: the truncated importance
+    weight pi_prox / pi_behaviour, with `old_logprobs` then being pi_prox.
     """
     import torch
 
     num_tokens = float(mask.sum().item()) if num_tokens is None else num_tokens
     num_sequences = float(mask.shape[0]) if num_sequences is None else num_sequences
-    A = advantages.unsqueeze(-1)
+    A = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages  # [B] per row or [B, L] per token
 
     # Multiplying log-ratios by the mask keeps padding/prompt positions finite (exp of 0), never inf * 0.
     ratio = torch.exp((logprobs - old_logprobs) * mask)
     pg_unclipped = -A * ratio
     pg_clipped = -A * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
     pg = torch.maximum(pg_unclipped, pg_clipped)
-    per_token = pg
+    per_token = pg if is_weights is None else pg * is_weights.detach()
 
     kl = torch.zeros_like(logprobs)
     if ref_logprobs is not None:
@@ -109,7 +135,15 @@ def grpo_loss(
     if entropy is not None and entropy_coef:
         per_token = per_token - entropy_coef * entropy
 
-    loss = aggregate(per_token, mask, aggregation, num_tokens=num_tokens, num_sequences=num_sequences)
+    loss = aggregate(
+        per_token,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        row_weights=row_weights,
+        total_weight=total_weight,
+    )
 
     def token_mean(values: torch.Tensor) -> torch.Tensor:
         return ((values.detach() * mask).sum() / mask.sum().clamp(min=1.0)).detach()

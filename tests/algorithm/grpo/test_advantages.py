@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentlightning.algorithm.grpo.advantages import group_advantages, turn_returns
+from agentlightning.algorithm.grpo.advantages import group_advantages, step_advantages, turn_returns
 
 
 def test_turn_returns_discount_later_rewards() -> None:
@@ -44,3 +44,17 @@ def test_every_turn_is_measured_against_the_group_mean_of_total_returns() -> Non
 def test_mismatched_lengths_are_an_error() -> None:
     with pytest.raises(ValueError, match="group ids"):
         group_advantages([[1.0]], [])
+
+
+def test_step_advantages_normalise_returns_among_turns_that_saw_the_same_observation() -> None:
+    # Two rollouts of one task: the same first observation "task", then both see "X" (anchor) and one sees "Y".
+    returns = [[1.0, 1.0, 0.0], [1.0, 0.0], [0.5, 0.5]]
+    observations = [["task", "X", "Y"], ["task", "X"], ["task", "Z"]]
+    steps = step_advantages(returns, observations, ["g", "g", "g"], scale=False)
+    assert steps[0] == pytest.approx([1 / 6, 0.5, 0.0])  # "task": mean 5/6; "X": mean 0.5; "Y" alone -> 0
+    assert steps[1] == pytest.approx([1 / 6, -0.5])
+    assert steps[2] == pytest.approx([-1 / 3, 0.0])
+    # Other groups never share anchors, even with equal observations.
+    assert step_advantages([[1.0], [0.0]], [["X"], ["X"]], ["a", "b"]) == [[0.0], [0.0]]
+    with pytest.raises(ValueError, match="observations"):
+        step_advantages([[1.0, 2.0]], [["X"]], ["g"])

@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI
 
 import agentlightning as agl
-from agentlightning.algorithm.grpo import GRPO, GRPOConfig, read_metrics
+from agentlightning.algorithm.grpo import GRPO, GRPOConfig, Sample, read_metrics
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import LLM
 from tests.support.tiny_model import tiny_model
@@ -125,3 +125,48 @@ def test_config_overrides_and_validation(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="tokenizer"):
         GRPO(model=tiny_model()[0])
     assert type(agl.GRPO(group_size=2)).__name__ == "GRPO"
+
+
+@agl.rollout
+async def patient_vowel_agent(task: dict[str, Any], llm: LLM) -> float:
+    """`vowel_agent` whose client retries: it rides out the policy server's 429s while weights are swapped."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=8)
+    response = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
+    )
+    return vowel_fraction(response.choices[0].message.content or "")
+
+
+def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, total_steps=3, async_rollouts=True, max_staleness=1, checkpoint_dir=None)
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=InMemoryLightningStore(),
+        runner={"poll_interval": 0.05},
+        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
+    )
+    trainer.fit(patient_vowel_agent, train_dataset=TASKS)
+
+    assert [record["step"] for record in algorithm.history] == [1, 2, 3]
+    assert algorithm.server is not None and algorithm.learner is not None
+    # The server served its own copy, swapped after every update (pause, drain, swap, resume).
+    assert algorithm.server.engine.model is not algorithm.learner.policy
+    assert algorithm.history[-1]["weights_version"] == 3 and len(algorithm.server.drain_times_s) == 3
+    for record in algorithm.history:
+        assert record["rollouts_failed"] == 0 and record["samples_stale_dropped"] == 0
+        assert record["drain_time_s"] >= 0 and 0 < record["is_weight_mean"] <= config.is_ratio_cap
+        staleness = {k: v for k, v in record.items() if k.startswith("staleness_")}
+        assert sum(staleness.values()) == record["samples"] and set(staleness) <= {"staleness_0", "staleness_1"}
+    # Steps 2 and 3 used rollouts enqueued before the previous update (generated on the previous weights).
+    assert "rollouts_ready_at_step_start" in algorithm.history[1]
+
+
+def test_samples_older_than_max_staleness_are_dropped_and_counted(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    algorithm = GRPO(_config(tmp_path, async_rollouts=True, max_staleness=1), model=model, tokenizer=tokenizer)
+    samples = [Sample([1], [2], 0.0, policy_version=v) for v in (5, 4, 3, None)]
+    kept, stats = algorithm._drop_stale(samples, 5)  # type: ignore[reportPrivateUsage]
+    assert [s.policy_version for s in kept] == [5, 4, None]
+    assert stats == {"staleness_0": 2.0, "staleness_1": 1.0, "staleness_2": 1.0, "samples_stale_dropped": 1.0}

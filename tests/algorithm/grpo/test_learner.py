@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +218,81 @@ def test_a_step_without_samples_explains_what_to_check() -> None:
     model, tokenizer = tiny_model()
     with pytest.raises(ValueError, match="token ids"):
         GRPOLearner(model, tokenizer, _config()).step([])
+
+
+def test_max_updates_per_batch_caps_the_optimizer_steps() -> None:
+    model, tokenizer = tiny_model()
+    config = _config(epochs_per_batch=3, gradient_accumulation_steps=1, micro_batch_size=2, max_updates_per_batch=4)
+    metrics = GRPOLearner(model, tokenizer, config).step(_samples(6))
+    assert metrics["optimizer_steps"] == 4  # 3 epochs x 3 micro-batches would be 9
+    with pytest.raises(ValueError, match="max_updates_per_batch"):
+        _config(max_updates_per_batch=0)
+
+
+def test_rollout_mean_gradient_does_not_depend_on_how_a_rollout_is_split_into_rows() -> None:
+    # The same rollout as one row, or as one row per turn (same tokens trained): equal weight, equal loss.
+    merged = Sample([1, 5, 6], [7, 8, 9, 10], 1.0, loss_mask=[1, 1, 0, 1], rollout_id="a")
+    split = [Sample([1, 5, 6], [7, 8], 1.0, rollout_id="a"), Sample([1, 5, 6, 7, 8, 9], [10], 1.0, rollout_id="a")]
+    other = Sample([1, 11], [12], -1.0, rollout_id="b")
+    losses = []
+    for rows in ([merged, other], [*split, other]):
+        model, tokenizer = tiny_model()
+        learner = GRPOLearner(model, tokenizer, _config(loss_aggregation="rollout-mean", micro_batch_size=8))
+        losses.append(learner.step(rows)["loss"])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+def _step_credit_rollouts() -> list[RolloutTriplets]:
+    """Two rollouts of one task with equal totals (episode advantage 0): at the same observation (tool result
+    7) rollout "good" answers 20 and earns the reward there, rollout "bad" answers 21 and earned it earlier."""
+
+    def call(prompt: list[int], response: list[int], reward: float) -> Triplet:
+        return Triplet(prompt={"token_ids": prompt}, response={"token_ids": response}, reward=reward)
+
+    prompt = [1, 30, 31, 32]
+    good = [call(prompt, [40], 0.0), call([*prompt, 40, 7], [20], 1.0)]
+    bad = [call(prompt, [40], 1.0), call([*prompt, 40, 7], [21], 0.0)]
+    return [RolloutTriplets("good", "task", good), RolloutTriplets("bad", "task", bad)]
+
+
+def test_only_step_level_credit_separates_a_good_step_from_a_bad_one() -> None:
+    plain = samples_from_rollouts(_step_credit_rollouts())
+    assert [s.advantage for s in plain] == [0.0, 0.0] and all(s.token_advantages is None for s in plain)
+    samples = samples_from_rollouts(_step_credit_rollouts(), step_advantage_weight=1.0, scale_advantages=False)
+    # One merged row per rollout: [40] (first call, same return 1 in both: step advantage 0), context [7], answer.
+    assert [(s.response_ids, s.loss_mask) for s in samples] == [([40, 7, 20], [1, 0, 1]), ([40, 7, 21], [1, 0, 1])]
+    assert [s.token_advantages for s in samples] == [[0.0, 0.0, 0.5], [0.0, 0.0, -0.5]]
+
+    def answer_logprobs(learner: GRPOLearner) -> tuple[float, float]:
+        good, bad = learner.score(samples)
+        return good[2], bad[2]
+
+    for weight, moves in ((0.0, False), (1.0, True)):
+        model, tokenizer = tiny_model()
+        learner = GRPOLearner(model, tokenizer, _config(step_advantage_weight=weight, scale_advantages=False))
+        rows = samples_from_rollouts(_step_credit_rollouts(), step_advantage_weight=weight, scale_advantages=False)
+        good_before, bad_before = answer_logprobs(learner)
+        for _ in range(3):
+            learner.step(rows)
+        good_after, bad_after = answer_logprobs(learner)
+        if moves:
+            assert good_after > good_before + 0.1 and bad_after < bad_before - 0.1
+        else:  # the episode advantage alone is 0 for both: nothing to learn
+            assert (good_after, bad_after) == pytest.approx((good_before, bad_before), abs=1e-6)
+
+
+def test_off_policy_steps_apply_truncated_importance_weights() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(is_ratio_cap=2.0))
+    samples = _samples(4)
+    current = learner.score(samples)
+    # Behaviour logprobs log(4) below the current policy: pi_prox / pi_behaviour = 4, capped at 2.
+    stale = [replace(s, old_logprobs=[v - math.log(4) for v in lp]) for s, lp in zip(samples, current, strict=True)]
+    metrics = learner.step(stale, off_policy=True)
+    assert metrics["is_weight_mean"] == pytest.approx(2.0) and metrics["is_weight_capped_fraction"] == 1.0
+    # The ratio is taken against the current weights (pi_prox), so the first update is exactly on-policy.
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["clip_fraction"] == 0.0
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(is_ratio_cap=2.0))
+    fresher = [replace(s, old_logprobs=[v + math.log(2) for v in lp]) for s, lp in zip(samples, current, strict=True)]
+    assert learner.step(fresher, off_policy=True)["is_weight_mean"] == pytest.approx(0.5, rel=1e-4)

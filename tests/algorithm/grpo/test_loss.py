@@ -109,3 +109,31 @@ def test_token_logprobs_are_shifted_next_token_logprobs_at_a_temperature() -> No
     assert logprobs[0].tolist() == pytest.approx(expected, abs=1e-6)
     p = torch.softmax(logits[0, 0] / 0.5, -1)
     assert entropy is not None and entropy[0, 1].item() == pytest.approx(-(p * p.log()).sum().item(), abs=1e-5)
+
+
+def test_rollout_mean_weighs_every_rollout_equally_by_hand() -> None:
+    # Rollout a: two rows (one of 3 trained tokens, one of 1) with A = +1; rollout b: one row of 1 token, A = -1.
+    # On-policy (ratio 1) every token's pg loss is -A: a's tokens give -1 each, b's token gives +1.
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    logprobs = -torch.rand(3, 4)
+    advantages = torch.tensor([1.0, 1.0, -1.0])
+    weights = torch.tensor([1 / 4, 1 / 4, 1.0])  # 1 / (the rollout's trained tokens: 3 + 1 for a, 1 for b)
+    out = grpo_loss(logprobs, logprobs, advantages, mask, aggregation="rollout-mean", row_weights=weights)
+    # rollout a: (-1 - 1 - 1 - 1) / 4 = -1; rollout b: +1 / 1 = +1; mean over the 2 rollouts = 0.
+    assert out.loss.item() == pytest.approx(0.0, abs=1e-6)
+    token_mean = grpo_loss(logprobs, logprobs, advantages, mask, aggregation="token-mean").loss
+    assert token_mean.item() == pytest.approx((-4 + 1) / 5)  # the many-token rollout outweighs the other
+    # Micro-batches add up when given the step's total weight (2 rollouts).
+    parts = sum(
+        grpo_loss(
+            logprobs[s],
+            logprobs[s],
+            advantages[s],
+            mask[s],
+            aggregation="rollout-mean",
+            row_weights=weights[s],
+            total_weight=2.0,
+        ).loss
+        for s in (slice(0, 1), slice(1, 3))
+    )
+    assert parts.item() == pytest.approx(0.0, abs=1e-6)

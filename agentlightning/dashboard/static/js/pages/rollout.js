@@ -226,7 +226,11 @@ export function createPage(ctx) {
         )
       : null;
     const drift = report.token_drift.length
-      ? h("div", { class: "notice" }, `Token drift: the prompt of turn(s) ${report.token_drift.map((d) => d.turn + 1).join(", ")} does not extend the previous turn's tokens.`)
+      ? h(
+          "div",
+          { class: "notice" },
+          `Token drift: the prompt of turn(s) ${report.token_drift.map((d) => `${d.turn + 1} (${(d.cause || "other").replace("_", " ")})`).join(", ")} does not extend the previous turn's tokens, so trajectory training starts a new row there. Breaks by cause: ${Object.entries(report.break_counts || {}).map(([cause, count]) => `${cause.replace("_", " ")} ${count}`).join(", ")}.`,
+        )
       : null;
     const cards = result.triplets.length
       ? result.triplets.map((t, i) => tripletCard(t, i, bySpan))
