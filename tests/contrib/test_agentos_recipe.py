@@ -21,7 +21,9 @@ RECIPE = Path(__file__).resolve().parents[2] / "contrib" / "recipes" / "agentos"
 def recipe() -> Iterator[dict[str, ModuleType]]:
     sys.path.insert(0, str(RECIPE))
     try:
-        yield {name: importlib.import_module(name) for name in ("sql_agent", "train_sql_agent")}
+        # Unique module names: examples/spider has its own `sql_agent`, and sys.modules is shared by the suite.
+        modules = {name: importlib.import_module(name) for name in ("policy_sql_agent", "train_sql_agent")}
+        yield {"sql_agent": modules["policy_sql_agent"], "train_sql_agent": modules["train_sql_agent"]}
     finally:
         sys.path.remove(str(RECIPE))
 

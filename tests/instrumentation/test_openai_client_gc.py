@@ -95,10 +95,11 @@ async def test_a_leaked_client_leaves_the_reused_descriptor_alone(base_url: str)
         os.fstat(old_fd)  # the collected socket closed its descriptor
     # A new connection on the same loop, registered before the loop runs again, under the same number (the
     # kernel hands out the lowest free one; dup2 makes that certain whatever else this process has open).
-    fresh = socket.create_connection((host, int(port)))
-    os.dup2(fresh.fileno(), old_fd)
-    fresh.close()
-    sock = socket.socket(fileno=old_fd)
+    sock = socket.create_connection((host, int(port)))
+    if sock.fileno() != old_fd:
+        os.dup2(sock.fileno(), old_fd)
+        sock.close()
+        sock = socket.socket(fileno=old_fd)
     loop = asyncio.get_running_loop()
     readable = asyncio.Event()
     try:

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sql_agent import (  # noqa: E402
+from policy_sql_agent import (  # noqa: E402
     AGENT_ID,
     HERE,
     QUESTIONS,
