@@ -39,6 +39,7 @@ from .test_roles import _clean_env, _launch, _stop, _wait_healthy, pick_free_por
 
 N_ROLLOUTS = int(os.environ.get("AGL_CHAOS_ROLLOUTS", "80"))
 SEED = int(os.environ.get("AGL_CHAOS_SEED", "1313"))
+LOST_RESPONSE_RATE = float(os.environ.get("AGL_CHAOS_LOST_RESPONSES", "0.03"))
 N_RUNNERS = 4
 MAX_RUNNER_KILLS = N_RUNNERS - 1
 # Generous: a run that is not over by then is a rollout waiting forever, which is the defect looked for.
@@ -166,7 +167,9 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
     store_proc: Optional[subprocess.Popen[bytes]] = _launch(store_command, _clean_env(), tmp_path / "store-1.log")
     train: Optional[subprocess.Popen[bytes]] = None
     train_log = tmp_path / "train.log"
-    proxy = FaultyProxy(store_url, seed=SEED, error_rate=0.05, delay_rate=0.1, max_delay=0.3)
+    proxy = FaultyProxy(
+        store_url, seed=SEED, error_rate=0.05, delay_rate=0.1, max_delay=0.3, lost_response_rate=LOST_RESPONSE_RATE
+    )
     started = time.monotonic()
     try:
         _wait_healthy(store_url, store_proc, tmp_path / "store-1.log")
