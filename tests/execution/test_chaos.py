@@ -35,6 +35,7 @@ from agentlightning.store.sqlite import SqliteLightningStore
 from agentlightning.utils.rewards import find_final_reward
 from tests.support.faulty_proxy import FaultyProxy
 
+from .conftest import leftover_children
 from .test_roles import _clean_env, _launch, _stop, _wait_healthy, pick_free_port
 
 N_ROLLOUTS = int(os.environ.get("AGL_CHAOS_ROLLOUTS", "80"))
@@ -204,6 +205,7 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
         proxy.stop()
         _stop(store_proc)
     elapsed = time.monotonic() - started
+    assert leftover_children() == []  # the store, the run and every runner are gone
 
     enqueued: list[str] = json.loads((tmp_path / "enqueued.json").read_text())
     assert len(enqueued) == N_ROLLOUTS
