@@ -5,8 +5,9 @@ that answers a seeded share of requests with a 5xx and delays others. `Trainer.f
 strategy, 4 runner processes, the store given as a `LightningStoreClient` to the proxy) runs rollouts
 with retries (`max_attempts=3` on failed / timeout / unresponsive). Some tasks fail on their first
 attempt, a few on every attempt. Meanwhile the test SIGKILLs runner processes at seeded random
-moments (at most 3, so one is left) and SIGKILLs the store server once, starting it again on the same
-file and port.
+moments (at most 3, so one is left), SIGSTOPs one runner for 7 s (past `unresponsive_seconds`, so its
+attempt is retried elsewhere and its late reports are stale), and SIGKILLs the store server once,
+starting it again on the same file and port. The proxy also loses 3% of the server's answers.
 
 At the end, read from the SQLite file: succeeded + failed == enqueued, every rollout is terminal, no
 rollout has more than one succeeded attempt, and every succeeded attempt's reward span is stored.
@@ -25,12 +26,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 import psutil
 import pytest
 
+from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store.sqlite import SqliteLightningStore
 from agentlightning.utils.rewards import find_final_reward
 from tests.support.faulty_proxy import FaultyProxy
@@ -43,6 +46,7 @@ SEED = int(os.environ.get("AGL_CHAOS_SEED", "1313"))
 LOST_RESPONSE_RATE = float(os.environ.get("AGL_CHAOS_LOST_RESPONSES", "0.03"))
 N_RUNNERS = 4
 MAX_RUNNER_KILLS = N_RUNNERS - 1
+FREEZE_SECONDS = 7.0  # longer than the rollouts' unresponsive_seconds (4 s)
 # Generous: a run that is not over by then is a rollout waiting forever, which is the defect looked for.
 RUN_DEADLINE = 60.0 + 1.0 * N_ROLLOUTS
 
@@ -131,6 +135,13 @@ def _runner_processes(train: subprocess.Popen[bytes]) -> list[psutil.Process]:
     return runners
 
 
+def _resume(process: psutil.Process) -> None:
+    try:
+        process.resume()
+    except psutil.NoSuchProcess:
+        pass
+
+
 def _kill_tree(proc: Optional[subprocess.Popen[bytes]]) -> None:
     """SIGKILL what is left of a process and its descendants (the last resort of the cleanup)."""
     if proc is None:
@@ -162,7 +173,10 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
     # Progress points (rollouts started) at which to strike: runner kills, and one store restart.
     kill_points = sorted(rng.sample(range(N_ROLLOUTS // 10, N_ROLLOUTS * 8 // 10), MAX_RUNNER_KILLS))
     restart_point = rng.randrange(N_ROLLOUTS * 3 // 10, N_ROLLOUTS * 6 // 10)
+    freeze_point = rng.randrange(N_ROLLOUTS // 20, N_ROLLOUTS // 4)
     kills: list[tuple[int, int]] = []  # (progress, pid)
+    frozen: list[psutil.Process] = []  # SIGSTOPped for FREEZE_SECONDS, then SIGCONTed
+    thaw_at = 0.0
     restarts: list[int] = []
 
     store_proc: Optional[subprocess.Popen[bytes]] = _launch(store_command, _clean_env(), tmp_path / "store-1.log")
@@ -181,6 +195,17 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
         while train.poll() is None:
             assert time.monotonic() < deadline, f"fit did not finish in time:\n{train_log.read_text()[-5000:]}"
             progress = len(_executions(tmp_path))
+            if not frozen and progress >= freeze_point:
+                runners = _runner_processes(train)
+                if runners:
+                    # Silent past unresponsive_seconds: its attempt is given to another runner, and what
+                    # it sends once thawed is refused as stale (409), never a second success.
+                    frozen.append(rng.choice(sorted(runners, key=lambda p: p.pid)))
+                    frozen[0].suspend()
+                    thaw_at = time.monotonic() + FREEZE_SECONDS
+            if frozen and thaw_at and time.monotonic() >= thaw_at:
+                _resume(frozen[0])
+                thaw_at = 0.0
             if kill_points and progress >= kill_points[0]:
                 runners = _runner_processes(train)
                 if len(runners) > 1:
@@ -201,6 +226,8 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
         assert train.returncode == 0, log[-5000:]
         assert "ALL TERMINAL" in log and "FIT DONE" in log, log[-5000:]
     finally:
+        for process in frozen:
+            _resume(process)
         _kill_tree(train)
         proxy.stop()
         _stop(store_proc)
@@ -211,8 +238,9 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
     assert len(enqueued) == N_ROLLOUTS
     assert restarts, "the store was never restarted: the run ended before the restart point"
     assert kills, "no runner was killed"
+    assert frozen, "no runner was frozen"
 
-    async def check() -> dict[str, int]:
+    async def check() -> dict[str, object]:
         store = SqliteLightningStore(db)
         try:
             rollouts = list(await store.query_rollouts())
@@ -221,10 +249,14 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
             assert by_status["succeeded"] + by_status["failed"] == len(enqueued), [
                 (r.rollout_id, r.status) for r in rollouts if not r.is_terminal()
             ]
-            attempts_total = 0
+            attempt_statuses: Counter[str] = Counter()
+            stale_spans = 0
             for rollout in rollouts:
+                stale_spans += sum(
+                    bool(s.attributes.get(AGL_STALE_ATTEMPT)) for s in await store.query_spans(rollout.rollout_id)
+                )
                 attempts = list(await store.query_attempts(rollout.rollout_id))
-                attempts_total += len(attempts)
+                attempt_statuses.update(a.status for a in attempts)
                 succeeded = [a for a in attempts if a.status == "succeeded"]
                 assert len(succeeded) <= 1, (rollout.rollout_id, [a.status for a in attempts])
                 assert (rollout.status == "succeeded") == bool(succeeded), (rollout, attempts)
@@ -232,19 +264,20 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
                     spans = await store.query_spans(rollout.rollout_id, attempt.attempt_id)
                     # The reward span made it through kills, faults and the restart, with the agent's value.
                     assert find_final_reward(spans) == float(rollout.input), (rollout.rollout_id, attempt, spans)
-            return {**by_status, "attempts": attempts_total}
+            return {**by_status, "attempts": dict(attempt_statuses), "stale_spans": stale_spans}
         finally:
             await store.close()
 
     numbers = asyncio.run(check())
     # The deterministic failures: tasks 7, 32, 57, ... fail on every attempt, so they cannot succeed.
     always_failing = {t for t in range(N_ROLLOUTS) if t % 25 == 7}
-    assert numbers["failed"] >= len(always_failing)
+    assert int(str(numbers["failed"])) >= len(always_failing)
     report = {
         "rollouts": N_ROLLOUTS,
         "seed": SEED,
         **numbers,
         "runner_kills": len(kills),
+        "runner_freezes": len(frozen),
         "store_restarts": len(restarts),
         "executions": len(_executions(tmp_path)),
         "proxy": proxy.stats.as_dict(),
