@@ -197,10 +197,12 @@ def test_fit_keeps_every_promise_under_chaos(tmp_path: Path) -> None:
             progress = len(_executions(tmp_path))
             if not frozen and progress >= freeze_point:
                 runners = _runner_processes(train)
+                busy = [p for p in runners if p.pid == _executions(tmp_path)[-1][0]]
                 if runners:
-                    # Silent past unresponsive_seconds: its attempt is given to another runner, and what
-                    # it sends once thawed is refused as stale (409), never a second success.
-                    frozen.append(rng.choice(sorted(runners, key=lambda p: p.pid)))
+                    # The runner that started the latest rollout, most likely still in it. Silent past
+                    # unresponsive_seconds: its attempt is given to another runner, and what it sends once
+                    # thawed is refused as stale (409) or kept marked stale, never a second success.
+                    frozen.append(busy[0] if busy else rng.choice(sorted(runners, key=lambda p: p.pid)))
                     frozen[0].suspend()
                     thaw_at = time.monotonic() + FREEZE_SECONDS
             if frozen and thaw_at and time.monotonic() >= thaw_at:
