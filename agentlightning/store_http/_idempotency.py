@@ -5,8 +5,9 @@ connection), and it cannot tell whether the server already did the work. It puts
 all the tries of one call; this middleware remembers the answer to each key and replays it, so an
 enqueue is never doubled and a dequeue never hands out an attempt nobody received. A try that
 arrives while the first is still running waits for its answer. Answers of 5xx are not remembered
-(the work may not have happened; the retry does it). The memory is this process's: bounded in
-entries and bytes, and empty again after a server restart.
+(the work may not have happened; the retry does it), nor are answers over `max_bytes // 16` (a
+large search; reads are safe to redo). The memory is this process's: bounded in entries and bytes,
+and empty again after a server restart.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class _Answer:
 class IdempotencyMiddleware:
     """Pure ASGI middleware: remember the answers to keyed POSTs (up to `max_entries` / `max_bytes`) and replay them."""
 
-    def __init__(self, app: ASGIApp, max_entries: int = 4096, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, app: ASGIApp, max_entries: int = 4096, max_bytes: int = 16 << 20) -> None:
         self.app = app
         self.max_entries = max_entries
         self.max_bytes = max_bytes
