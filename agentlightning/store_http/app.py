@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Mount
 from agentlightning.store.base import LightningStore
 from agentlightning.utils.metrics import MetricsBackend, find_prometheus_backend
 
+from ._idempotency import IdempotencyMiddleware
 from ._middleware import (
     DEFAULT_MAX_BODY_SIZE,
     BearerAuthMiddleware,
@@ -131,6 +132,8 @@ def build_store_app(
         # Pages mounted at "/" hold no data; the API calls they make still need the token.
         return serves_pages and not path.startswith("/v1/")
 
+    # Innermost: an answer is remembered or replayed only for a request that passed auth and the size limit.
+    app.add_middleware(IdempotencyMiddleware)  # type: ignore[arg-type]
     app.add_middleware(BodySizeLimitMiddleware, max_body_size=max_body_size)  # type: ignore[arg-type]
     if auth_token:
         app.add_middleware(BearerAuthMiddleware, token=auth_token, public=public)  # type: ignore[arg-type]

@@ -3,7 +3,8 @@
 One aiohttp session (with its connection pool) per event loop, created on first use. Transport
 errors, 5xx and 408 are retried within a time budget (see `retry`), long enough to ride out a server
 restart; other 4xx raise at once with the server's message, as `ValueError` / `KeyError` /
-`PermissionError` like an in-process store would.
+`PermissionError` like an in-process store would. Every try of one POST carries the same
+`Idempotency-Key`, so a retry whose first answer was lost is replayed by the server, not redone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, TypeVar, Union
 from urllib.parse import quote
@@ -39,6 +41,7 @@ from agentlightning.types import (
     Worker,
 )
 
+from ._idempotency import IDEMPOTENCY_KEY_HEADER
 from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
 from .errors import (
     NOT_FOUND_ERROR_TYPE,
@@ -318,7 +321,9 @@ class LightningStoreClient(ForwardingLightningStore):
         ResourcesHints.drop()
         url = self._api + path
         data = _ANY.dump_json(payload, serialize_as_any=True) if payload is not None else raw_body
-        headers = request_headers or (_JSON_HEADERS if data is not None else None)
+        headers = dict(request_headers or (_JSON_HEADERS if data is not None else {}))
+        if method == "POST":  # one key for every try of this call: the server replays instead of redoing it
+            headers[IDEMPOTENCY_KEY_HEADER] = uuid.uuid4().hex
         attempt = 0
         started = time.monotonic()
         while True:
