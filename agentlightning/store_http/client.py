@@ -21,7 +21,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter
 
-from agentlightning.store._arguments import check_wait_timeout, check_worker_id, coerce_config
+from agentlightning.store._arguments import check_dequeue_wait, check_wait_timeout, check_worker_id, coerce_config
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -481,13 +481,36 @@ class LightningStoreClient(ForwardingLightningStore):
             return []
         return await self._dequeue(limit, worker_id)
 
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        """Long-poll the server's queue: claimed rollouts as soon as one is enqueued, or [] after `timeout`."""
+        wait = check_dequeue_wait(timeout)
+        check_worker_id(worker_id)
+        if limit <= 0:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            claimed = await self._dequeue(
+                limit, worker_id, wait=min(max(0.0, deadline - loop.time()), self.wait_poll_seconds)
+            )
+            if claimed or loop.time() >= deadline:
+                return claimed
+
+    async def _dequeue(self, limit: int, worker_id: Optional[str], *, wait: float = 0.0) -> list[AttemptedRollout]:
         """Claim rollouts, keeping the resources versions the server reports for them (see `_resources_hint`)."""
         headers: dict[str, str] = {}
+        payload: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+        timeout: Optional[aiohttp.ClientTimeout] = None
+        if wait > 0:
+            payload["wait"] = wait
+            timeout = aiohttp.ClientTimeout(total=wait + self.request_timeout, sock_connect=self.connection_timeout)
         body = await self._request(
             "POST",
             "/queues/rollouts/dequeue",
-            {"limit": limit, "worker_id": worker_id},
+            payload,
+            timeout=timeout,
             response_headers=headers,
             request_headers=_DEQUEUE_HEADERS,
         )
