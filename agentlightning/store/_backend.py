@@ -41,7 +41,7 @@ class BackendLightningStore(LightningStore):
     """
 
     wait_poll_seconds: float = 10.0
-    queue_poll_seconds: float = 1.0
+    queue_poll_seconds: float = 10.0
 
     def _start_machinery(self, *, clock: Optional[Clock], tracker: Any, scan_debounce_seconds: float) -> None:
         """Set up the clock, metrics, watchdog and waiters; every backend calls this from `__init__`."""

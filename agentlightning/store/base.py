@@ -191,6 +191,8 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
         from ._arguments import check_dequeue_wait  # `_arguments` builds on this module
 
         deadline = time.monotonic() + check_dequeue_wait(timeout)
+        if limit <= 0:
+            return []
         while True:
             claimed = await self.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
             remaining = deadline - time.monotonic()

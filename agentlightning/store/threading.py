@@ -129,6 +129,9 @@ class LightningStoreThreaded(ForwardingLightningStore):
         self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
     ) -> list[AttemptedRollout]:
         wait = arguments.check_dequeue_wait(timeout)
+        arguments.check_dequeue_limit(limit)
+        if limit <= 0:
+            return []
         deadline = time.monotonic() + wait
         waiter = CompletionWaiter(())
         with self._waiters_lock:

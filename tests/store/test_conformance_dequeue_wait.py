@@ -134,3 +134,29 @@ async def test_an_enqueue_from_another_thread_wakes_the_wait(store: LightningSto
     await asyncio.to_thread(thread.join, WOKEN_WITHIN)
     claimed = await asyncio.wait_for(waiting, WOKEN_WITHIN)
     assert [r.rollout_id for r in claimed] == queued
+
+
+class OnlyDequeue(LightningStore):
+    """A third-party store written against v0.3: it knows `dequeue_many_rollouts`, not `wait_for_dequeue`."""
+
+    queue_poll_seconds = 0.1
+
+    def __init__(self, ready_after: int) -> None:
+        self.calls = 0
+        self.ready_after = ready_after
+
+    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: str | None = None) -> list:  # type: ignore[override]
+        self.calls += 1
+        return ["claimed"] if self.calls >= self.ready_after else []
+
+
+async def test_a_store_without_a_wake_up_is_re_asked_every_queue_poll_seconds() -> None:
+    store = OnlyDequeue(ready_after=3)
+    assert await store.wait_for_dequeue(timeout=LONG_WAIT) == ["claimed"]
+    assert store.calls == 3
+    idle = OnlyDequeue(ready_after=1_000)
+    assert await idle.wait_for_dequeue(timeout=0.35) == []
+    assert 3 <= idle.calls <= 5  # at 0, 0.1, 0.2, 0.3 s (and the deadline): a poll, not a spin
+    assert await idle.wait_for_dequeue(timeout=LONG_WAIT, limit=0) == []
+    with pytest.raises(ValueError, match="timeout"):
+        await idle.wait_for_dequeue(timeout=-1)

@@ -65,6 +65,8 @@ class SqlLightningStore(BackendLightningStore):
 
     wait_poll_seconds: float = 0.5
     """How often `wait_for_rollouts` re-reads the database for completions made by other processes."""
+    queue_poll_seconds: float = 1.0
+    """How often a waiting `wait_for_dequeue` re-asks for rollouts other processes queued (this one's wake it)."""
 
     def __init__(
         self,
