@@ -99,3 +99,56 @@ async def test_stopping_the_server_ends_a_waiting_dequeue(
     await asyncio.wait_for(server.stop(), 15)
     response = await asyncio.wait_for(waiting, 15)
     assert response.status_code == 200 and response.json() == []
+
+
+# ---- a client against a server that predates `wait` ----
+
+
+@pytest.fixture(params=["ignores", "refuses"])
+async def old_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A v0.3-style dequeue route: it ignores `wait` (answers at once) or refuses it as an unknown field."""
+    from aiohttp import web
+
+    bodies: list[dict[str, Any]] = []
+
+    async def dequeue(req: web.Request) -> web.Response:
+        body = await req.json()
+        bodies.append(body)
+        if request.param == "refuses" and "wait" in body:
+            detail = {
+                "detail": "invalid DequeueBody: wait: Extra inputs are not permitted",
+                "error_type": "ValidationError",
+            }
+            return web.json_response(detail, status=422)
+        return web.json_response([])
+
+    app = web.Application()
+    app.router.add_post(DEQUEUE, dequeue)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", bodies
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_client_polls_a_server_that_predates_long_polls_without_spinning(
+    old_server: tuple[str, list[dict[str, Any]]],
+) -> None:
+    from agentlightning.store import LightningStoreClient
+
+    endpoint, bodies = old_server
+    client = LightningStoreClient(endpoint, retry_delays=(), health_retry_delays=())
+    client.queue_poll_seconds = 0.2
+    try:
+        assert await client.wait_for_dequeue(timeout=1.0, worker_id="w") == []
+        asked = len(bodies)
+        assert 3 <= asked <= 8, bodies  # every ~0.2 s, not in a tight loop
+        assert "wait" not in bodies[-1]  # it learnt the server does not know `wait`
+        assert await client.wait_for_dequeue(timeout=0.3) == []
+        assert all("wait" not in b for b in bodies[asked:])
+    finally:
+        await client.close()

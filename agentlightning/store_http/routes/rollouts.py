@@ -40,11 +40,13 @@ from ..context import API_PREFIX, serving_of, store_of
 from ..errors import HTTPError
 from ..openapi import json_body
 
-__all__ = ["WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
+__all__ = ["LONG_POLL_HEADER", "WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
 
 # Longest a single long-poll (`POST /waits/rollouts`, a dequeue with `wait`) blocks; clients loop for longer waits.
 WAIT_CAP_SECONDS = 30.0
 WAIT_COMPLETE_HEADER = "X-AGL-Wait-Complete"
+# On a dequeue answer: the seconds this server long-polled for it (clients tell it from a server that ignores `wait`).
+LONG_POLL_HEADER = "X-AGL-Long-Poll"
 
 _LIVE_STATUSES: list[Any] = [s for s in ROLLOUT_STATUSES if s not in TERMINAL_ROLLOUT_STATUSES]
 
@@ -156,6 +158,8 @@ def build_rollouts_router() -> APIRouter:
         else:
             claimed = await _long_poll_dequeue(request, store, body, wait)
         response = json_response(claimed)
+        if body.wait is not None:
+            response.headers[LONG_POLL_HEADER] = f"{wait:g}"
         if claimed and WANT_RESOURCES_VERSIONS_HEADER in request.headers:
             response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
         return response
