@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentlightning.store import LightningStore, LightningStoreThreaded
+from agentlightning.store import InMemoryLightningStore, LightningStore, LightningStoreThreaded
 from agentlightning.store._backend import BackendLightningStore
-from agentlightning.types import RolloutConfig
+from agentlightning.types import AttemptedRollout, RolloutConfig
 
 from .backends import TRAIT_THREADS, Backend
 
@@ -160,3 +160,27 @@ async def test_a_store_without_a_wake_up_is_re_asked_every_queue_poll_seconds() 
     assert await idle.wait_for_dequeue(timeout=LONG_WAIT, limit=0) == []
     with pytest.raises(ValueError, match="timeout"):
         await idle.wait_for_dequeue(timeout=-1)
+
+
+class SlowClaims(InMemoryLightningStore):
+    """Each claim takes 0.3 s, as a SQL claim running on a thread may: time for a cancellation to land in it."""
+
+    async def _dequeue(self, limit: int, worker_id: str | None) -> list[AttemptedRollout]:
+        await asyncio.sleep(0.3)
+        return await super()._dequeue(limit, worker_id)
+
+
+async def test_a_wait_cancelled_during_a_claim_still_hands_over_what_it_claimed() -> None:
+    store = SlowClaims()
+    queued = await store.enqueue_rollout(input="claimed as the runner stops")
+    waiting = asyncio.ensure_future(store.wait_for_dequeue(timeout=LONG_WAIT))
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    claimed = await waiting  # not CancelledError: the rollout is now this caller's, it must not vanish
+    assert [r.rollout_id for r in claimed] == [queued.rollout_id]
+
+    empty = asyncio.ensure_future(store.wait_for_dequeue(timeout=LONG_WAIT))
+    await asyncio.sleep(0.1)
+    empty.cancel()
+    with pytest.raises(asyncio.CancelledError):  # nothing was claimed: the cancellation goes through
+        await empty

@@ -117,7 +117,7 @@ async def dequeue_when_available(
     waiter = waiters.register()
     try:
         while True:
-            claimed = await dequeue()
+            claimed = await _claim_even_if_cancelled(dequeue)
             remaining = deadline - time.monotonic()
             if claimed or remaining <= 0:
                 return claimed
@@ -125,6 +125,19 @@ async def dequeue_when_available(
             await between_polls()
     finally:
         waiters.unregister(waiter)
+
+
+async def _claim_even_if_cancelled(dequeue: Callable[[], Awaitable[list[AttemptedRollout]]]) -> list[AttemptedRollout]:
+    """Run a claim to its end: one cancelled midway may still commit (SQL runs it on a thread), and a
+    claimed rollout must then reach the caller rather than sit in `preparing` with nobody running it."""
+    claim = asyncio.ensure_future(dequeue())
+    try:
+        return await asyncio.shield(claim)
+    except asyncio.CancelledError:
+        claimed = await claim
+        if not claimed:
+            raise
+        return claimed  # the caller asked to stop, but gets what was claimed for it
 
 
 async def wait_until_finished(
