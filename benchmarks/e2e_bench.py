@@ -242,11 +242,9 @@ def run(args: argparse.Namespace) -> BenchResult:
     with tempfile.TemporaryDirectory(prefix="agl-e2e-bench-") as tmpdir:
         store, managed = make_store(args, tmpdir)
         strategy = make_strategy(args, managed)
-        runner = {
-            "type": "agentlightning.runner.LitAgentRunner",
-            "poll_interval": args.poll_interval,
-            "heartbeat_interval": 10.0,
-        }
+        runner: dict[str, Any] = {"type": "agentlightning.runner.LitAgentRunner", "heartbeat_interval": 10.0}
+        if args.poll_interval is not None:
+            runner["poll_interval"] = args.poll_interval
         trainer = agl.Trainer(
             algorithm=make_algorithm(args, result),
             store=store,
@@ -287,6 +285,7 @@ def print_report(args: argparse.Namespace, result: BenchResult) -> None:
         ("mode", args.mode),
         ("runners x rounds x sleep", f"{args.n_runners} x {args.max_rounds} x {args.sleep_seconds}s"),
         ("total tasks / batch", f"{args.total_tasks} / {args.batch_size}"),
+        ("runner poll_interval", "default" if args.poll_interval is None else f"{args.poll_interval}s"),
         ("rollouts (succeeded)", f"{result.rollouts} ({result.succeeded})"),
         ("spans (missing)", f"{result.spans} ({result.missing_spans})"),
         ("elapsed", f"{result.elapsed:.2f} s"),
@@ -314,7 +313,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=["memory", "sqlite"], default="memory")
     parser.add_argument("--store-url", default=None, help="use an external store (e.g. `agl store`) instead")
     parser.add_argument("--port", type=int, default=None, help="port of the managed store server (default: free)")
-    parser.add_argument("--poll-interval", type=float, default=0.05, help="runner poll interval on an empty queue")
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="runner poll_interval, the longest idle wait on an empty queue (default: the runner's own, 5 s)",
+    )
     parser.add_argument("--strategy", choices=["cs", "ray"], default="cs", help="execution strategy (default cs)")
     parser.add_argument(
         "--compare-strategies", action="store_true", help="run cs then ray with the same settings; print both"

@@ -174,14 +174,14 @@ class LitAgentRunner(Runner[T_task]):
                     logger.info("%s processed %d rollout(s), reaching max_rollouts; stopping.", worker_id, processed)
                     break
                 try:
-                    rollout = await store.dequeue_rollout(worker_id=worker_id)
+                    rollout = await self._next_rollout(store, worker_id, event)
                 except (PermissionError, ValueError, KeyError, TypeError):
-                    raise  # a refused token or request: polling again cannot succeed, so stop the runner
+                    raise  # a refused token or request: asking again cannot succeed, so stop the runner
                 except Exception:
                     logger.exception("%s could not dequeue a rollout; retrying after the poll interval.", worker_id)
-                    rollout = None
-                if rollout is None:
                     await self._idle(event)
+                    continue
+                if rollout is None:
                     continue
                 await self._run_attempt(rollout, raise_on_error=False)
                 processed += 1
@@ -214,6 +214,29 @@ class LitAgentRunner(Runner[T_task]):
         if final is None:
             raise RuntimeError(f"rollout {attempted.rollout_id!r} vanished from {type(store).__name__} after it ran")
         return final
+
+    async def _next_rollout(
+        self, store: LightningStore, worker_id: str, event: Optional[StopEvent]
+    ) -> Optional[AttemptedRollout]:
+        """Claim the next rollout, waiting up to `poll_interval` for one to be enqueued (None if none came).
+
+        The store wakes the wait on enqueue (no fixed sleep); the stop event is checked every
+        `STOP_CHECK_INTERVAL_SECONDS` and ends the wait early.
+        """
+        claim = asyncio.ensure_future(store.wait_for_dequeue(timeout=self._poll_interval, worker_id=worker_id))
+        try:
+            while not claim.done():
+                await asyncio.wait([claim], timeout=STOP_CHECK_INTERVAL_SECONDS)
+                if not claim.done() and event is not None and event.is_set():
+                    claim.cancel()
+                    await asyncio.wait([claim])  # a claim that completed meanwhile is still run
+        finally:
+            if not claim.done():  # this runner itself is cancelled
+                claim.cancel()
+        if claim.cancelled():
+            return None
+        claimed = claim.result()
+        return claimed[0] if claimed else None
 
     async def _idle(self, event: Optional[StopEvent]) -> None:
         loop = asyncio.get_running_loop()

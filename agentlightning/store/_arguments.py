@@ -49,6 +49,7 @@ __all__ = [
     "check_text",
     "check_worker_id",
     "check_dequeue_limit",
+    "check_dequeue_wait",
     "check_wait_timeout",
     "check_resources_id",
     "check_resources_reference",
@@ -199,6 +200,19 @@ def check_wait_timeout(timeout: Any) -> Optional[float]:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
         raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
     return None if math.isinf(timeout) else float(timeout)
+
+
+def check_dequeue_wait(timeout: Any) -> float:
+    """How long `wait_for_dequeue` may wait for work, in seconds: a finite number >= 0."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or math.isinf(timeout)
+        or timeout < 0
+    ):
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
 
 
 # ---- attempts and workers ----

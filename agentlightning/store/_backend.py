@@ -26,7 +26,7 @@ from agentlightning.types import (
 from . import _arguments as arguments
 from .base import LightningStore
 from .collection.tracking import register_store_metrics, tracked
-from .collection.waiters import CompletionWaiters, wait_until_finished
+from .collection.waiters import CompletionWaiters, QueueWaiters, dequeue_when_available, wait_until_finished
 from .utils import Clock
 from .watchdog import Watchdog, healthcheck_before
 
@@ -34,9 +34,14 @@ __all__ = ["BackendLightningStore"]
 
 
 class BackendLightningStore(LightningStore):
-    """Base of the data-holding stores; `wait_poll_seconds` is how often waits re-read for other processes."""
+    """Base of the data-holding stores; `wait_poll_seconds` is how often waits re-read for other processes.
+
+    A backend calls `_queue_waiters.notify()` after it (re)queues a rollout, which wakes `wait_for_dequeue`
+    callers of this process at once; `queue_poll_seconds` is how often they re-ask for other processes' work.
+    """
 
     wait_poll_seconds: float = 10.0
+    queue_poll_seconds: float = 10.0
 
     def _start_machinery(self, *, clock: Optional[Clock], tracker: Any, scan_debounce_seconds: float) -> None:
         """Set up the clock, metrics, watchdog and waiters; every backend calls this from `__init__`."""
@@ -46,6 +51,7 @@ class BackendLightningStore(LightningStore):
             register_store_metrics(tracker)
         self._watchdog = Watchdog(self._scan_unhealthy, clock=self._clock, debounce_seconds=scan_debounce_seconds)
         self._waiters = CompletionWaiters()
+        self._queue_waiters = QueueWaiters()
         self._started_at = self._clock()
 
     # ---- the backend's steps ----
@@ -111,6 +117,26 @@ class BackendLightningStore(LightningStore):
         if limit <= 0:
             return []
         return await self._dequeue(limit, worker_id)
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        wait = arguments.check_dequeue_wait(timeout)
+        arguments.check_dequeue_limit(limit)
+        arguments.check_worker_id(worker_id)
+        if limit <= 0:
+            return []
+        if wait == 0:
+            return await self._dequeue(limit, worker_id)
+        return await dequeue_when_available(
+            self._queue_waiters,
+            wait,
+            self.queue_poll_seconds,
+            lambda: self._dequeue(limit, worker_id),
+            self._watchdog.maybe_scan,
+        )
 
     @tracked("rollouts")
     @healthcheck_before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from abc import ABC
 from collections.abc import Sequence
 from typing import Any, Literal, Optional, TypedDict, Union
@@ -105,6 +107,9 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
     partial store, e.g. a test double with only the calls it needs, can be instantiated.
     """
 
+    # How often the default `wait_for_dequeue` re-asks an empty queue.
+    queue_poll_seconds: float = 0.5
+
     @property
     def capabilities(self) -> LightningStoreCapabilities:
         return LightningStoreCapabilities(thread_safe=False, async_safe=False, zero_copy=False, otlp_traces=False)
@@ -173,6 +178,27 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
                 break
             claimed.append(rollout)
         return claimed
+
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        """Claim up to `limit` rollouts, waiting up to `timeout` seconds for one while the queue is empty.
+
+        Returns as soon as something is claimed, or an empty list once `timeout` passed (`timeout=0` is
+        `dequeue_many_rollouts`). This default re-asks `dequeue_many_rollouts` every `queue_poll_seconds`;
+        the built-in stores are woken by the enqueue instead (the HTTP client long-polls its server).
+        """
+        from ._arguments import check_dequeue_wait  # `_arguments` builds on this module
+
+        deadline = time.monotonic() + check_dequeue_wait(timeout)
+        if limit <= 0:
+            return []
+        while True:
+            claimed = await self.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
+            remaining = deadline - time.monotonic()
+            if claimed or remaining <= 0:
+                return claimed
+            await asyncio.sleep(min(remaining, self.queue_poll_seconds))
 
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
         """Create a new attempt for an existing rollout (manual retry)."""

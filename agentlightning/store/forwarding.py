@@ -85,6 +85,11 @@ class ForwardingLightningStore(LightningStore):
     async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
         return await self._forward("dequeue_many_rollouts", _arguments(locals()))
 
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        return await self._forward("wait_for_dequeue", _arguments(locals()))
+
     async def start_attempt(self, rollout_id: str, worker_id: Optional[str] = None) -> AttemptedRollout:
         return await self._forward("start_attempt", _arguments(locals()))
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Optional
 
-from agentlightning.types import Rollout
+from agentlightning.types import AttemptedRollout, Rollout
 
 from . import _arguments as arguments
 from .base import LightningStore, LightningStoreCapabilities
@@ -18,22 +18,29 @@ from .forwarding import ForwardingLightningStore
 
 __all__ = ["LightningStoreThreaded"]
 
+# The calls through which a rollout can join the queue: they wake `wait_for_dequeue` callers.
+_QUEUEING_CALLS = frozenset({"enqueue_rollout", "enqueue_many_rollouts", "update_rollout", "update_attempt"})
+
 
 class LightningStoreThreaded(ForwardingLightningStore):
     """Delegates every call to `store` while holding one `threading.Lock`.
 
-    Threads may each run their own event loop. `wait_for_rollouts` never holds the lock while it
-    waits: it takes snapshots under the lock and sleeps until any call through this facade finishes.
+    Threads may each run their own event loop. `wait_for_rollouts` and `wait_for_dequeue` never hold
+    the lock while they wait: they take snapshots under the lock and sleep until a call through this
+    facade may have changed the answer (any call for the former, one that can queue a rollout for the latter).
     """
 
     # Re-check at least this often even without a wake-up (changes made behind the facade's back).
     wait_poll_seconds: float = 10.0
+    # How often `wait_for_dequeue` re-asks without a wake-up (e.g. a rollout the watchdog requeued).
+    queue_poll_seconds: float = 1.0
 
     def __init__(self, store: LightningStore) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._waiters_lock = threading.Lock()
         self._waiters: set[CompletionWaiter] = set()
+        self._queue_waiters: set[CompletionWaiter] = set()
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -65,10 +72,7 @@ class LightningStoreThreaded(ForwardingLightningStore):
             self._lock.release()
             # Any call may have finished a rollout (directly or via the watchdog); waiters re-check.
             if wake_waiters and self._waiters:
-                with self._waiters_lock:
-                    waiters = list(self._waiters)
-                for waiter in waiters:
-                    waiter.wake()
+                self._wake(self._waiters)
 
     def otlp_traces_endpoint(self) -> str:
         return self.store.otlp_traces_endpoint()
@@ -78,8 +82,18 @@ class LightningStoreThreaded(ForwardingLightningStore):
             await self.store.close()
 
     async def _forward(self, method: str, arguments: dict[str, Any]) -> Any:
-        async with self._locked():
-            return await getattr(self.store, method)(**arguments)
+        try:
+            async with self._locked():
+                return await getattr(self.store, method)(**arguments)
+        finally:
+            if method in _QUEUEING_CALLS and self._queue_waiters:
+                self._wake(self._queue_waiters)
+
+    def _wake(self, waiters: set[CompletionWaiter]) -> None:
+        with self._waiters_lock:
+            woken = list(waiters)
+        for waiter in woken:
+            waiter.wake()
 
     async def _snapshot(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
         # Waiters must not wake each other with their own snapshots, or they would spin.
@@ -110,3 +124,26 @@ class LightningStoreThreaded(ForwardingLightningStore):
         finally:
             with self._waiters_lock:
                 self._waiters.discard(waiter)
+
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        wait = arguments.check_dequeue_wait(timeout)
+        arguments.check_dequeue_limit(limit)
+        if limit <= 0:
+            return []
+        deadline = time.monotonic() + wait
+        waiter = CompletionWaiter(())
+        with self._waiters_lock:
+            self._queue_waiters.add(waiter)
+        try:
+            while True:
+                async with self._locked():
+                    claimed = await self.store.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
+                remaining = deadline - time.monotonic()
+                if claimed or remaining <= 0:
+                    return claimed
+                await waiter.wait(min(remaining, self.queue_poll_seconds))
+        finally:
+            with self._waiters_lock:
+                self._queue_waiters.discard(waiter)

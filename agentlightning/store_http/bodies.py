@@ -126,6 +126,8 @@ class EnqueueBody(_Body):
 class DequeueBody(_Body):
     limit: Int64 = 1
     worker_id: Optional[str] = None
+    # Long-poll: seconds to wait for a rollout while the queue is empty (capped by the server); 0/None: answer now.
+    wait: Optional[float] = None
 
 
 class StartRolloutBody(_Body):

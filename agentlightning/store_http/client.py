@@ -23,7 +23,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter
 
-from agentlightning.store._arguments import check_wait_timeout, check_worker_id, coerce_config
+from agentlightning.store._arguments import check_dequeue_wait, check_wait_timeout, check_worker_id, coerce_config
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -46,6 +46,7 @@ from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_
 from .errors import (
     NOT_FOUND_ERROR_TYPE,
     LightningStoreNotFoundError,
+    LightningStoreRequestError,
     LightningStoreServerError,
     LightningStoreUnavailableError,
     exception_from_response,
@@ -62,6 +63,7 @@ T = TypeVar("T")
 AUTH_TOKEN_ENV = "AGL_STORE_TOKEN"
 API_PATH = "/v1/agl"
 WAIT_COMPLETE_HEADER = "X-AGL-Wait-Complete"  # set by the server on each long-poll answer
+LONG_POLL_HEADER = "X-AGL-Long-Poll"  # set by a server that honoured a dequeue's `wait`
 
 _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     aiohttp.ClientConnectionError,
@@ -215,6 +217,7 @@ class LightningStoreClient(ForwardingLightningStore):
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._sessions_lock = threading.Lock()
         self._resources = ResourcesHints()
+        self._server_long_polls = True  # until a server shows it predates `wait` on dequeues
         self._timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connection_timeout)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -486,13 +489,62 @@ class LightningStoreClient(ForwardingLightningStore):
             return []
         return await self._dequeue(limit, worker_id)
 
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+    async def wait_for_dequeue(
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        """Long-poll the server's queue: claimed rollouts as soon as one is enqueued, or [] after `timeout`.
+
+        A server that predates long-polls (it refuses or ignores `wait`) is asked every `queue_poll_seconds`.
+        """
+        wait = check_dequeue_wait(timeout)
+        check_worker_id(worker_id)
+        if limit <= 0:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            began = loop.time()
+            poll = min(max(0.0, deadline - began), self.wait_poll_seconds) if self._server_long_polls else 0.0
+            headers: dict[str, str] = {}
+            try:
+                claimed = await self._dequeue(limit, worker_id, wait=poll, response_headers=headers)
+            except LightningStoreRequestError as exc:
+                if poll == 0 or "wait" not in str(exc):
+                    raise
+                claimed, headers = [], {}  # refused as an unknown field: the server predates long-polls
+            if claimed or loop.time() >= deadline:
+                return claimed
+            long_polled = LONG_POLL_HEADER.lower() in headers
+            if poll > 0 and not long_polled:
+                self._server_long_polls = False
+                logger.warning(
+                    "store server at %s does not long-poll dequeues (older version); asking every %gs instead",
+                    self.server_root,
+                    self.queue_poll_seconds,
+                )
+            if not long_polled or loop.time() - began < poll:  # answered early (e.g. shutting down): no spin
+                await asyncio.sleep(min(self.queue_poll_seconds, max(0.0, deadline - loop.time())))
+
+    async def _dequeue(
+        self,
+        limit: int,
+        worker_id: Optional[str],
+        *,
+        wait: float = 0.0,
+        response_headers: Optional[dict[str, str]] = None,
+    ) -> list[AttemptedRollout]:
         """Claim rollouts, keeping the resources versions the server reports for them (see `_resources_hint`)."""
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {} if response_headers is None else response_headers
+        payload: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+        timeout: Optional[aiohttp.ClientTimeout] = None
+        if wait > 0:
+            payload["wait"] = wait
+            timeout = aiohttp.ClientTimeout(total=wait + self.request_timeout, sock_connect=self.connection_timeout)
         body = await self._request(
             "POST",
             "/queues/rollouts/dequeue",
-            {"limit": limit, "worker_id": worker_id},
+            payload,
+            timeout=timeout,
             response_headers=headers,
             request_headers=_DEQUEUE_HEADERS,
         )

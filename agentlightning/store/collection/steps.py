@@ -7,6 +7,8 @@ subclasses may refine the span hooks (`_store_spans`, `_check_spans_readable`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Optional, Union
 
 from agentlightning.types import Attempt, AttemptedRollout, FilterOptions, Rollout, RolloutStatus, Span, Worker
@@ -40,6 +42,8 @@ class CollectionStoreSteps(BackendLightningStore):
 
     collections: LightningCollections
     _read_snapshot: bool
+    # Set by a step that (re)queued a rollout; the write block wakes waiting dequeues once it committed.
+    _queued: bool = False
 
     def _now(self) -> float:
         return self._clock()
@@ -47,8 +51,13 @@ class CollectionStoreSteps(BackendLightningStore):
     def _reads(self) -> Any:
         return self.collections.atomic(mode="r", snapshot=self._read_snapshot)
 
-    def _writes(self) -> Any:
-        return self.collections.atomic(mode="rw")
+    @asynccontextmanager
+    async def _writes(self) -> AsyncIterator[LightningCollections]:
+        async with self.collections.atomic(mode="rw") as c:
+            yield c
+        if self._queued:
+            self._queued = False
+            self._queue_waiters.notify()
 
     # ---- lookups ----
 
@@ -117,6 +126,7 @@ class CollectionStoreSteps(BackendLightningStore):
         await c.rollouts.update(updated)
         if transition.enqueue:
             await c.rollout_queue.enqueue([rollout.rollout_id])
+            self._queued = True
         elif transition.dequeue:
             await c.rollout_queue.remove(rollout.rollout_id)
         if transition.finished:

@@ -100,6 +100,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             for rollout in rollouts:
                 await c.rollouts.insert(rollout)
             await c.rollout_queue.enqueue([r.rollout_id for r in rollouts])
+            self._queued = True
             return [plain(r) for r in rollouts]
 
     async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:

@@ -1,4 +1,4 @@
-"""Wake-ups for `wait_for_rollouts`: callers on any thread or event loop learn when a rollout finishes."""
+"""Wake-ups for waits: callers on any thread or event loop learn when a rollout finishes or is queued."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Optional
 
-from agentlightning.types import Rollout
+from agentlightning.types import AttemptedRollout, Rollout
 
-__all__ = ["CompletionWaiter", "CompletionWaiters", "wait_until_finished"]
+__all__ = ["CompletionWaiter", "CompletionWaiters", "QueueWaiters", "dequeue_when_available", "wait_until_finished"]
 
 
 class CompletionWaiter:
@@ -73,6 +73,71 @@ class CompletionWaiters:
             waiters = list(self._by_rollout.get(rollout_id, ()))
         for waiter in waiters:
             waiter.wake()
+
+
+class QueueWaiters:
+    """Dequeue calls waiting for work; `notify` (a rollout was queued) wakes them all and is cheap when none wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: set[CompletionWaiter] = set()
+
+    def register(self) -> CompletionWaiter:
+        waiter = CompletionWaiter(())
+        with self._lock:
+            self._waiting.add(waiter)
+        return waiter
+
+    def unregister(self, waiter: CompletionWaiter) -> None:
+        with self._lock:
+            self._waiting.discard(waiter)
+
+    def notify(self) -> None:
+        if not self._waiting:
+            return
+        with self._lock:
+            waiters = list(self._waiting)
+        for waiter in waiters:
+            waiter.wake()
+
+
+async def dequeue_when_available(
+    waiters: QueueWaiters,
+    timeout: float,
+    poll_seconds: float,
+    dequeue: Callable[[], Awaitable[list[AttemptedRollout]]],
+    between_polls: Callable[[], Awaitable[None]],
+) -> list[AttemptedRollout]:
+    """`wait_for_dequeue` for any backend: claim with `dequeue()` now, then on each wake-up or every `poll_seconds`.
+
+    The waiter is registered before the first claim, so a rollout queued in this process while that claim
+    runs still wakes the wait; other processes' enqueues are seen at the next poll.
+    """
+    deadline = time.monotonic() + timeout
+    waiter = waiters.register()
+    try:
+        while True:
+            claimed = await _claim_even_if_cancelled(dequeue)
+            remaining = deadline - time.monotonic()
+            if claimed or remaining <= 0:
+                return claimed
+            await waiter.wait(min(remaining, poll_seconds))
+            await between_polls()
+    finally:
+        waiters.unregister(waiter)
+
+
+async def _claim_even_if_cancelled(dequeue: Callable[[], Awaitable[list[AttemptedRollout]]]) -> list[AttemptedRollout]:
+    """Run a claim to its end: one cancelled midway may still commit (SQL runs it on a thread), and a
+    claimed rollout must then reach the caller rather than sit in `preparing` with nobody running it."""
+    claim = asyncio.ensure_future(dequeue())
+    try:
+        return await asyncio.shield(claim)
+    except asyncio.CancelledError:
+        claimed = await claim
+        if not claimed:
+            raise
+        return claimed  # the caller asked to stop, but gets what was claimed for it
 
 
 async def wait_until_finished(

@@ -65,6 +65,8 @@ class SqlLightningStore(BackendLightningStore):
 
     wait_poll_seconds: float = 0.5
     """How often `wait_for_rollouts` re-reads the database for completions made by other processes."""
+    queue_poll_seconds: float = 1.0
+    """How often a waiting `wait_for_dequeue` re-asks for rollouts other processes queued (this one's wake it)."""
 
     def __init__(
         self,
@@ -89,16 +91,20 @@ class SqlLightningStore(BackendLightningStore):
     async def _write(self, step: Callable[[StoreTransaction], Awaitable[T]], now: Optional[float] = None) -> T:
         at = self._clock() if now is None else now
         finished: list[str] = []
+        queued: list[bool] = [False]
 
         async def body(tx: SqlTransaction) -> T:
             st = StoreTransaction(tx, at)
             result = await step(st)
             finished[:] = st.finished
+            queued[0] = st.queued
             return result
 
         result = await self._engine.run(body, write=True)
         for rollout_id in finished:
             self._waiters.notify(rollout_id)
+        if queued[0]:
+            self._queue_waiters.notify()
         return result
 
     async def _read(self, step: Callable[[StoreTransaction], Awaitable[T]]) -> T:

@@ -85,14 +85,15 @@ class RolloutRecord:
 class StoreTransaction:
     """Domain steps (require, set status, new attempt, spans...) over one open `SqlTransaction`.
 
-    `now` is the time of the whole store call; `finished` collects rollouts that became terminal so the
-    store can wake its waiters once the transaction committed.
+    `now` is the time of the whole store call; `finished` collects rollouts that became terminal and
+    `queued` says whether one joined the queue, so the store can wake its waiters once the transaction committed.
     """
 
     def __init__(self, tx: SqlTransaction, now: float) -> None:
         self.tx = tx
         self.now = now
         self.finished: list[str] = []
+        self.queued = False
 
     # ---- rollouts ----
 
@@ -111,6 +112,7 @@ class StoreTransaction:
 
     async def insert_rollouts(self, rollouts: Sequence[Rollout]) -> None:
         """Insert new rollouts; queuing ones join the tail of the queue in the given order."""
+        self.queued = self.queued or any(is_queuing(r.status) for r in rollouts)
         columns = ROLLOUT_COLUMNS + ", timeout_seconds, unresponsive_seconds, queue_position"
         await self.tx.executemany(
             "INSERT INTO {rollouts} ("
@@ -181,6 +183,7 @@ class StoreTransaction:
         # The queue holds exactly the queuing-like rollouts; a rollout already queued keeps its place.
         if transition.enqueue:
             assignments.append("queue_position = COALESCE(queue_position, {next_queue_position})")
+            self.queued = True
         elif transition.dequeue:
             assignments.append("queue_position = NULL")
         if assignments:

@@ -40,11 +40,13 @@ from ..context import API_PREFIX, serving_of, store_of
 from ..errors import HTTPError
 from ..openapi import json_body
 
-__all__ = ["WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
+__all__ = ["LONG_POLL_HEADER", "WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
 
-# Longest a single `POST /waits/rollouts` long-poll blocks; clients loop for longer waits.
+# Longest a single long-poll (`POST /waits/rollouts`, a dequeue with `wait`) blocks; clients loop for longer waits.
 WAIT_CAP_SECONDS = 30.0
 WAIT_COMPLETE_HEADER = "X-AGL-Wait-Complete"
+# On a dequeue answer: the seconds this server long-polled for it (clients tell it from a server that ignores `wait`).
+LONG_POLL_HEADER = "X-AGL-Long-Poll"
 
 _LIVE_STATUSES: list[Any] = [s for s in ROLLOUT_STATUSES if s not in TERMINAL_ROLLOUT_STATUSES]
 
@@ -95,6 +97,31 @@ async def _wait_complete(
     return True, [by_id[i] for i in rollout_ids if i in by_id]
 
 
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects (its body was read, so the next ASGI message is the hang-up)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _long_poll_dequeue(
+    request: Request, store: LightningStore, body: DequeueBody, wait: float
+) -> list[AttemptedRollout]:
+    """`wait_for_dequeue`, given up (answering empty) when the server shuts down or the client leaves."""
+    claim = asyncio.ensure_future(store.wait_for_dequeue(timeout=wait, limit=body.limit, worker_id=body.worker_id))
+    gone = asyncio.ensure_future(_client_gone(request))
+    shutdown = serving_of(request).shutdown
+    try:
+        await asyncio.wait(
+            [claim, gone] if shutdown is None else [claim, gone, shutdown], return_when="FIRST_COMPLETED"
+        )
+    finally:
+        gone.cancel()
+    if not claim.done():
+        claim.cancel()
+        await asyncio.wait([claim])  # a claim that completed meanwhile is still answered
+    return [] if claim.cancelled() else claim.result()
+
+
 def build_rollouts_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["rollouts"])
 
@@ -114,13 +141,25 @@ def build_rollouts_router() -> APIRouter:
         openapi_extra=json_body(DequeueBody, required=False),
     )
     async def dequeue_rollouts(request: Request) -> Response:
-        """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions."""
+        """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions.
+
+        With `wait` > 0 an empty queue is long-polled: the answer comes as soon as a rollout is queued, or
+        empty after min(wait, WAIT_CAP_SECONDS), at shutdown, or (unread) when the client hangs up.
+        """
         store = store_of(request)
         body = await read_json(request, DequeueBody, optional=True)
+        if body.wait is not None and not body.wait >= 0:
+            raise HTTPError(400, f"wait must be >= 0 seconds or null, got {body.wait}")
         if body.limit <= 0:
             return json_response([])
-        claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
+        wait = min(body.wait or 0.0, WAIT_CAP_SECONDS)
+        if wait == 0:
+            claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
+        else:
+            claimed = await _long_poll_dequeue(request, store, body, wait)
         response = json_response(claimed)
+        if body.wait is not None:
+            response.headers[LONG_POLL_HEADER] = f"{wait:g}"
         if claimed and WANT_RESOURCES_VERSIONS_HEADER in request.headers:
             response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
         return response
