@@ -123,6 +123,7 @@ def report(store: agl.LightningStore) -> List[float]:
                 f"  [{repo}] tools={details.get('tool_calls')} reward={reward if reward is None else round(reward, 3)}"
                 f" proxy spans={len(calls)} with token ids={len(with_ids)}"
                 f" triplets={len(triplets)} last triplet reward={triplets[-1].reward if triplets else None}"
+                f" said={str(details.get('final', ''))[:60]!r}"
             )
             rewards.append(reward or 0.0)
         return rewards
