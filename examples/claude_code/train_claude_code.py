@@ -119,6 +119,8 @@ def report(store: agl.LightningStore) -> List[float]:
             triplets = agl.LlmProxyTraceToTriplet().adapt(spans)  # what an RL algorithm would train on
             details = next((agl.get_object_value(s) for s in spans if s.name == "agentlightning.object"), {}) or {}
             repo = rollout.input["repo"] if isinstance(rollout.input, dict) else rollout.input
+            if rollout.status != "succeeded":  # e.g. the backend refused the call: the error is logged above
+                repo = f"{repo}, {rollout.status}"
             print(
                 f"  [{repo}] tools={details.get('tool_calls')} reward={reward if reward is None else round(reward, 3)}"
                 f" proxy spans={len(calls)} with token ids={len(with_ids)}"
