@@ -272,6 +272,20 @@ def wrap_sync_call(
     return create
 
 
+async def _awaited(value: Any) -> Any:
+    """The final result of an async client call, however many un-awaited coroutines wrap it.
+
+    While our span is open we set OpenTelemetry's suppress-instrumentation key so that a library wrapped
+    *inside* us does not record the call twice. AgentOps' async wrapper honours the key with
+    `return wrapped(*args, **kwargs)` inside its `async def`, i.e. it returns the inner coroutine
+    un-awaited; when its wrapper sits between two of ours (it re-instruments lazily), one `await` yields a
+    coroutine. The caller of an `async` SDK method must still get the SDK's result.
+    """
+    while inspect.isawaitable(value):
+        value = await value
+    return value
+
+
 def wrap_async_call(
     original: Callable[..., Any], call_format: CallFormat, enabled: Callable[[], bool]
 ) -> Callable[..., Any]:
@@ -280,15 +294,15 @@ def wrap_async_call(
     @functools.wraps(original)
     async def create(*args: Any, **kwargs: Any) -> Any:
         if not enabled() or _suppressed():
-            return await original(*args, **kwargs)
+            return await _awaited(original(*args, **kwargs))
         call = _start_call(kwargs, call_format)
         if call is None:
-            return await original(*args, **kwargs)
+            return await _awaited(original(*args, **kwargs))
         try:
             with _use_span(call.span):
                 token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
                 try:
-                    result = await original(*args, **kwargs)
+                    result = await _awaited(original(*args, **kwargs))
                 finally:
                     otel_context.detach(token)
         except Exception as exc:
