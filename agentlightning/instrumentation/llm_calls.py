@@ -13,7 +13,8 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -28,7 +29,9 @@ __all__ = [
     "CallFormat",
     "WRAPPED_MARK",
     "as_dict",
+    "client_capture_off",
     "materialize_iterables",
+    "without_client_capture",
     "wrap_sync_call",
     "wrap_async_call",
 ]
@@ -230,8 +233,31 @@ def _handle_result(result: Any, call: _LLMCall) -> None:
         call.finish()
 
 
+_CAPTURE_OFF_KEY = otel_context.create_key("agentlightning.llm_client_capture_off")
+
+
+def client_capture_off() -> bool:
+    """True inside `without_client_capture()`: LLM client calls there are not recorded as spans."""
+    return bool(otel_context.get_value(_CAPTURE_OFF_KEY))
+
+
+@contextmanager
+def without_client_capture() -> Iterator[None]:
+    """Record no LLM client spans in this context (and the tasks/threads that copy it).
+
+    The client patches are process-wide and stay installed; a tracer made with `instrument_openai=False`
+    opens its trace contexts inside this, so another tracer's instrumentation earlier in the process does
+    not record client calls for it (e.g. an agent whose calls the LLM proxy records already).
+    """
+    token = otel_context.attach(otel_context.set_value(_CAPTURE_OFF_KEY, True))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def _suppressed() -> bool:
-    return bool(otel_context.get_value(_SUPPRESS_KEY))
+    return bool(otel_context.get_value(_SUPPRESS_KEY)) or client_capture_off()
 
 
 def _call_suppressed(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -8,7 +8,7 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry import context as otel_context
@@ -267,8 +267,15 @@ class OtelTracer(Tracer):
         replace_active_tracer(self)
         self._last_session = session
         logger.debug("trace context %r opened for rollout %s attempt %s", name, session.rollout_id, session.attempt_id)
+        capture = ExitStack()
+        if not self.instrument_openai:
+            # The client patches are process-wide: another tracer may have installed them earlier.
+            from agentlightning.instrumentation.llm_calls import without_client_capture
+
+            capture.enter_context(without_client_capture())
         try:
-            yield otel_tracer
+            with capture:
+                yield otel_tracer
         finally:
             _reset_session_var(token)
             processor.close_session(session)
