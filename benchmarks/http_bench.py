@@ -34,6 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import aiohttp
@@ -207,13 +208,13 @@ async def _ceiling(endpoint: str, n: int) -> tuple[str, float, float, float]:
         return await _measure("ceiling: bare echo", n, 1, 1, call)
 
 
-def _start(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
+def _start(target: Any, *args: Any) -> BaseProcess:
     process = multiprocessing.get_context("spawn").Process(target=target, args=args, daemon=True)
     process.start()
     return process
 
 
-def _stop(process: multiprocessing.process.BaseProcess) -> None:
+def _stop(process: BaseProcess) -> None:
     if process.pid is not None:
         os.kill(process.pid, signal.SIGINT)
     process.join(30)
