@@ -100,8 +100,10 @@ class LitAgentRunner(Runner[T_task]):
         self._agent: Optional[LitAgent[T_task]] = None
         self._hooks: list[Hook] = []
         self._store: Optional[LightningStore] = None
-        # The current attempt's last batch of traced spans waits to travel with its final status.
+        # The current attempt's last batch of traced spans waits to travel with its final status, and so
+        # does its exception span.
         self._trace_deferred = False
+        self._deferred_spans: list[Span] = []
         self._sync_in_thread_now = False
 
     # ---- accessors ----
@@ -288,7 +290,8 @@ class LitAgentRunner(Runner[T_task]):
         try:
             if self._trace_deferred:  # the last spans and the status in one call
                 self._trace_deferred = False
-                await self._otel_tracer().finish_last_trace(status)
+                extra, self._deferred_spans = self._deferred_spans, []
+                await self._otel_tracer().finish_last_trace(status, extra)
             else:
                 await store.update_attempt(rollout_id, attempt_id, status=status)
         except StaleAttemptError as exc:  # the store gave up on this attempt (timeout / silence) and moved on
@@ -401,7 +404,10 @@ class LitAgentRunner(Runner[T_task]):
         """Write the deferred spans now, so spans the runner stores itself come after them, in order."""
         if self._trace_deferred:
             self._trace_deferred = False
+            extra, self._deferred_spans = self._deferred_spans, []
             await self._otel_tracer().flush_last_trace()
+            if extra:
+                await self.get_store().add_many_spans(extra)
 
     def _trace_reward(self, reward: float) -> Optional[SpanCoreFields]:
         """Record a returned reward like a final `emit_reward` call, when the tracer writes its spans to our store.
@@ -559,9 +565,20 @@ class LitAgentRunner(Runner[T_task]):
         return [s for s in trace if s.rollout_id == rollout.rollout_id and s.attempt_id == rollout.attempt.attempt_id]
 
     async def _store_exception(self, rollout: AttemptedRollout, exc: BaseException) -> Optional[Span]:
-        """Record the failure as an `agentlightning.exception` span; never raises."""
+        """Record the failure as an `agentlightning.exception` span; never raises.
+
+        With the trace's last batch deferred, the span travels with it and the final status (unnumbered
+        until then).
+        """
         try:
-            return await self._store_core_span(rollout, emit_exception(exc, propagate=False))
+            core = emit_exception(exc, propagate=False)
+            if self._trace_deferred:
+                span = Span.from_core_fields(
+                    core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
+                )
+                self._deferred_spans.append(span)
+                return span
+            return await self._store_core_span(rollout, core)
         except Exception:
             logger.exception("could not store the exception span of rollout %s", rollout.rollout_id)
             return None

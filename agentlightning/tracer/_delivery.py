@@ -20,7 +20,7 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from opentelemetry import context as otel_context
@@ -287,11 +287,12 @@ class TraceSession:
         if self._loop is not None:
             await self._write_pending(take=True)
 
-    async def finish_attempt(self, status: AttemptStatus) -> FinishedAttempt:
-        """Write the kept spans and the attempt's final `status` in one `store.finish_attempt` call.
+    async def finish_attempt(self, status: AttemptStatus, extra: Sequence[Span] = ()) -> FinishedAttempt:
+        """Write the kept spans, then `extra`, and the attempt's final `status` in one `store.finish_attempt` call.
 
-        Raises what the store raises (e.g. `StaleAttemptError`); the spans are then kept as converted
-        locally, as a failed write keeps them.
+        `extra` (spans of this attempt that are not part of the trace, e.g. the runner's exception span)
+        is stored after the trace's spans and not added to the trace. Raises what the store raises (e.g.
+        `StaleAttemptError`); the trace's spans are then kept as converted locally, as a failed write keeps them.
         """
         store = self.store
         if store is None:
@@ -306,12 +307,13 @@ class TraceSession:
         spans = [Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, 0) for item in batch]
         try:
             with _suppressed():
-                finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, spans)
+                finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, [*spans, *extra])
         except BaseException:
             self._spans.extend(self._convert_locally(item) for item in batch)
             raise
-        if len(finished.spans) == len(spans) and all(s.sequence_id > 0 for s in finished.spans):
-            self._spans.extend(finished.spans)
+        traced = finished.spans[: len(spans)]
+        if len(finished.spans) == len(spans) + len(extra) and all(s.sequence_id > 0 for s in traced):
+            self._spans.extend(traced)
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)
         return finished

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -307,17 +307,18 @@ class OtelTracer(Tracer):
         if self._last_session is not None:
             await self._last_session.flush()
 
-    async def finish_last_trace(self, status: AttemptStatus) -> FinishedAttempt:
+    async def finish_last_trace(self, status: AttemptStatus, spans: Sequence[Span] = ()) -> FinishedAttempt:
         """Write the last trace's deferred spans and its attempt's final `status` in one store call.
 
-        Raises what `LightningStore.finish_attempt` raises (e.g. `StaleAttemptError`).
+        `spans` of the same attempt that are not part of the trace (the runner's exception span) go in the
+        same call, after the trace's. Raises what `LightningStore.finish_attempt` raises (e.g. `StaleAttemptError`).
         """
         session = self._last_session
         if session is None or session.store is None:
             raise RuntimeError(
                 "finish_last_trace() needs a finished trace_context(rollout_id=..., attempt_id=...) with a store"
             )
-        return await session.finish_attempt(status)
+        return await session.finish_attempt(status, spans)
 
     def get_langchain_handler(self) -> Any:
         """A LangChain callback handler recording chains/tools as spans of this tracer (needs LangChain).

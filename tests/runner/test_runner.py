@@ -620,8 +620,25 @@ async def test_a_failing_agent_over_http_keeps_its_spans_in_order_and_fails(
     assert [s.sequence_id for s in spans] == [1, 2]
     final = await store.get_rollout_by_id(rollout.rollout_id)
     assert final is not None and final.status == "failed"
-    # The trace goes ahead of the exception span the runner stores itself; then the status alone.
-    assert sent[1:] == ["POST /spans/many", "POST /spans/many", "POST /rollouts/*/attempts/*"]
+    # The trace, then the exception span, with the final status: one request after the dequeue.
+    assert sent == ["POST /queues/rollouts/dequeue", "POST /rollouts/*/attempts/*/finish"]
+    assert [s.name for s in tracer.get_last_trace()] == ["agentlightning.message"]  # the runner's span is apart
+
+
+async def test_a_bad_result_over_http_fails_with_its_exception_span_after_the_trace(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, store = served
+    rollout = await store.enqueue_rollout("t")
+    sent = record_requests(client, monkeypatch)
+    with limited_runner(tracer, 1).run_context(agent=ReturnAgent({"not": "a result"}), store=client) as runner:
+        await runner.iter()
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("agentlightning.message", 1), ("agentlightning.exception", 2)]
+    assert "RolloutRawResult" in str(spans[1].attributes["exception.message"])
+    final = await store.get_rollout_by_id(rollout.rollout_id)
+    assert final is not None and final.status == "failed"
+    assert sent == ["POST /queues/rollouts/dequeue", "POST /rollouts/*/attempts/*/finish"]
 
 
 async def test_an_on_rollout_end_hook_sees_the_spans_stored_before_the_status(
