@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import torch
 
-from agentlightning.algorithm.grpo import GRPOConfig, GRPOLearner, RolloutTriplets, samples_from_rollouts
+import agentlightning as agl
+from agentlightning.algorithm.grpo import GRPO, GRPOConfig, GRPOLearner, RolloutTriplets, samples_from_rollouts
 from agentlightning.algorithm.grpo.roles import role_of_triplet
 from agentlightning.serving.server import PolicyServer
-from agentlightning.types import Triplet
+from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.types import LLM, NamedResources, Rollout, Triplet
 from tests.support.tiny_model import tiny_model
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
@@ -139,3 +142,76 @@ def test_each_role_adapter_learns_its_own_opposite_goal() -> None:
         if "lora_" not in name:
             assert torch.equal(param, base_before[name.replace(".base_layer", "")]), name
 
+
+
+class PlannerCoderAgent(agl.LitAgent[dict[str, Any]]):
+    """A two-role rollout over the published role LLMs: the planner writes, then the coder writes."""
+
+    async def rollout_async(self, task: dict[str, Any], resources: NamedResources, rollout: Rollout) -> float:
+        texts = []
+        for name in ("planner_llm", "coder_llm"):
+            llm = resources[name]
+            assert isinstance(llm, LLM)
+            client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=8)
+            response = await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
+            )
+            texts.append(response.choices[0].message.content or "")
+        return vowel_fraction(texts[0]) + 1.0 - vowel_fraction(texts[1])
+
+
+@pytest.mark.parametrize("async_rollouts", [False, True], ids=["sync", "async"])
+def test_fit_trains_one_adapter_per_role_from_the_published_role_llms(tmp_path: Path, async_rollouts: bool) -> None:
+    model, tokenizer = tiny_model()
+    config = GRPOConfig(
+        group_size=4,
+        batch_size=2,
+        total_steps=2,
+        max_new_tokens=6,
+        learning_rate=3e-2,
+        device="cpu",
+        lora_rank=4,
+        roles=["planner", "coder"],
+        async_rollouts=async_rollouts,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+    )
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    store = InMemoryLightningStore()
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=store,
+        runner={"poll_interval": 0.05},
+        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
+    )
+    trainer.fit(PlannerCoderAgent(), train_dataset=[{"question": f"question {i}"} for i in range(4)])
+
+    assert algorithm.learner is not None and algorithm.server is not None
+    resources = asyncio.run(store.get_resources_by_id("grpo-train"))
+    assert resources is not None
+    models = {name: r.model for name, r in resources.resources.items() if isinstance(r, LLM)}
+    assert models == {"main_llm": "grpo-policy", "planner_llm": "grpo-policy:planner", "coder_llm": "grpo-policy:coder"}
+    for record in algorithm.history:
+        # No agent spans here: each call's role is the adapter its request named ("grpo-policy:planner").
+        assert record["role_planner_samples"] == 8 and record["role_coder_samples"] == 8, record
+        assert record["triplets_without_role"] == 0 and record["samples"] == 16
+    # Both adapters trained, differently; the server's adapters are the learner's (shared, or swapped in).
+    policy = algorithm.learner.policy
+    served = dict(algorithm.server.engine.model.named_parameters())
+    planner = {n: p for n, p in policy.named_parameters() if ".lora_B.planner." in n}
+    coder = {n.replace(".coder.", ".planner."): p for n, p in policy.named_parameters() if ".lora_B.coder." in n}
+    assert planner and all(p.abs().sum() > 0 for p in planner.values())
+    assert any(not torch.equal(p, coder[n]) for n, p in planner.items())
+    for name, param in policy.named_parameters():
+        if ".lora_" in name:
+            assert torch.equal(served[name], param), name
+    # A checkpoint holds both adapters and both optimizers, and restores them.
+    checkpoint = GRPOLearner.latest_checkpoint(tmp_path / "ckpt")
+    assert checkpoint is not None and checkpoint.name == "step-000002"
+    restored = GRPOLearner(tiny_model()[0], tokenizer, config)
+    restored.load_checkpoint(checkpoint)
+    again = dict(restored.policy.named_parameters())
+    for name, param in policy.named_parameters():
+        if ".lora_" in name:
+            assert torch.equal(again[name], param), name
+    for role in ("planner", "coder"):
+        assert restored.role_optimizers[role].state_dict()["state"], role
