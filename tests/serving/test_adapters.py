@@ -23,7 +23,7 @@ from tests.support.tiny_model import tiny_model
 
 pytestmark = pytest.mark.train
 
-HELLO = [{"role": "user", "content": "hello"}]
+HELLO: list[Any] = [{"role": "user", "content": "hello"}]
 ADAPTERS = ("planner", "coder")
 
 

@@ -125,7 +125,12 @@ def test_advantages_stay_per_rollout_group_across_roles() -> None:
     ]
     samples = samples_from_rollouts(rollouts, role_of=_role_of, scale_advantages=False)
     by_key = {(s.rollout_id, s.role): s.advantage for s in samples}
-    assert by_key == {("good", "planner"): 0.5, ("good", "coder"): 0.5, ("bad", "planner"): -0.5, ("bad", "coder"): -0.5}
+    assert by_key == {
+        ("good", "planner"): 0.5,
+        ("good", "coder"): 0.5,
+        ("bad", "planner"): -0.5,
+        ("bad", "coder"): -0.5,
+    }
 
 
 # Per-role updates -------------------------------------------------------------------------------------
@@ -160,5 +165,7 @@ def test_a_role_update_changes_only_that_roles_adapter_and_optimizer() -> None:
 
 def test_samples_without_a_known_role_are_refused() -> None:
     learner = _role_learner()
-    with pytest.raises(ValueError, match=r"roles \['None', 'c'\] have no adapter; this learner trains roles \['a', 'b'\]"):
+    with pytest.raises(
+        ValueError, match=r"roles \['None', 'c'\] have no adapter; this learner trains roles \['a', 'b'\]"
+    ):
         learner.step(_samples(None) + _samples("c"))

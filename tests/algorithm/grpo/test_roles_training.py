@@ -143,7 +143,6 @@ def test_each_role_adapter_learns_its_own_opposite_goal() -> None:
             assert torch.equal(param, base_before[name.replace(".base_layer", "")]), name
 
 
-
 class PlannerCoderAgent(agl.LitAgent[dict[str, Any]]):
     """A two-role rollout over the published role LLMs: the planner writes, then the coder writes."""
 
