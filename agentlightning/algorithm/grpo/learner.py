@@ -396,13 +396,14 @@ class GRPOLearner:
     def export_model(self, directory: Union[str, Path]) -> Path:
         """Save the trained policy (LoRA merged) with its tokenizer in Hugging Face format (`agl serve --model`).
 
-        With roles the adapters cannot be merged into one model: the base and every adapter are saved
-        in peft's format (adapter `<role>` in `<directory>/<role>/`, the first role at the top).
+        With roles the adapters cannot be merged into one model: the frozen base goes to `directory` and
+        each role's adapter, in peft's format, to `directory/adapters/<role>/`.
         """
         target = Path(directory)
         model: Any = self.policy
         if self.roles:
-            model.save_pretrained(target, selected_adapters=self.roles)
+            copy.deepcopy(model).unload().save_pretrained(target)
+            model.save_pretrained(target / "adapters", selected_adapters=self.roles)
             self.tokenizer.save_pretrained(target)
             return target
         if self.uses_lora:

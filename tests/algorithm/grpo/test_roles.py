@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from agentlightning.algorithm.grpo import GRPO, GRPOConfig, GRPOLearner, RolloutTriplets, Sample
 from agentlightning.algorithm.grpo.batch import samples_from_rollouts
 from agentlightning.algorithm.grpo.roles import normalize_roles, role_of_triplet, role_resource_name
+from agentlightning.serving.adapters import active_adapter
 from agentlightning.types import Triplet
 from tests.support.tiny_model import tiny_model
 
@@ -169,3 +171,20 @@ def test_samples_without_a_known_role_are_refused() -> None:
         ValueError, match=r"roles \['None', 'c'\] have no adapter; this learner trains roles \['a', 'b'\]"
     ):
         learner.step(_samples(None) + _samples("c"))
+
+
+def test_export_writes_the_base_and_one_peft_adapter_per_role(tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    learner = _role_learner()
+    learner.step(_samples("a"))
+    target = learner.export_model(tmp_path / "export")
+    base: Any = AutoModelForCausalLM.from_pretrained(target)
+    restored: Any = PeftModel.from_pretrained(base, target / "adapters" / "a", adapter_name="a")
+    ids = torch.tensor([[1, 5, 6, 7]])
+    with torch.no_grad(), active_adapter(learner.policy, "a"):
+        expected = learner.policy(input_ids=ids).logits
+    with torch.no_grad():
+        assert torch.allclose(restored(input_ids=ids).logits, expected, atol=1e-5)
+    assert (target / "adapters" / "b" / "adapter_config.json").exists()
