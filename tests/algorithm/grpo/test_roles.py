@@ -86,6 +86,22 @@ def test_role_of_a_call_is_its_agent_name_else_the_adapter_it_called() -> None:
     assert _role_of(_call([1], [2], model="x:critic")) is None
 
 
+def test_roles_from_agent_spans_through_the_trace_adapter() -> None:
+    """The agent name the adapter reads from the enclosing agent span picks the role."""
+    from agentlightning.adapter import TracerTraceToTriplet
+    from tests.adapter.span_factory import SpanFactory
+
+    f = SpanFactory()
+    user = {"role": "user", "content": "hi"}
+    root = f.span("session", start=0, end=30)
+    planner = f.agent("trip-planner", parent=root, start=1, end=10)
+    p_call = f.openai_call([user], response_id="p", prompt_ids=[1], response_ids=[2], parent=planner, start=2, end=3)
+    coder = f.agent("coder", parent=root, start=11, end=20)
+    c_call = f.openai_call([user], response_id="c", prompt_ids=[3], response_ids=[4], parent=coder, start=12, end=13)
+    triplets = TracerTraceToTriplet().adapt([root, planner, p_call, coder, c_call])
+    assert [(t.metadata["response_id"], _role_of(t)) for t in triplets] == [("p", "planner"), ("c", "coder")]
+
+
 # Rows per role ----------------------------------------------------------------------------------------
 
 
