@@ -263,25 +263,36 @@ class PolicyEngine:
     # Batching thread ---------------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        carry: Any = None
+        # Requests set aside, oldest first: another adapter's (a batch runs one adapter), or one that did
+        # not fit the batch it arrived in. Without adapters this is at most the one request that did not fit.
+        waiting: List[Any] = []
         while True:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
+            first = waiting.pop(0) if waiting else self._queue.get()
             if first is _CLOSE:
                 return
             batch: List[CompletionStream] = [first]
             rows = first.n
+            set_aside: List[Any] = []
+            for item in waiting:
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                else:
+                    set_aside.append(item)
+            waiting = set_aside
             deadline = time.monotonic() + self.batch_window_s
-            while rows < self.max_batch_size:
+            while rows < self.max_batch_size and _CLOSE not in waiting:
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if item is _CLOSE or rows + item.n > self.max_batch_size or item.adapter != first.adapter:
-                    carry = item
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                    continue
+                waiting.append(item)
+                if item is _CLOSE or item.adapter == first.adapter:  # this adapter's batch is full
                     break
-                batch.append(item)
-                rows += item.n
             self._run_batch([s for s in batch if not s.cancelled.is_set()])
 
     def _run_batch(self, batch: List[CompletionStream]) -> None:
@@ -343,6 +354,11 @@ class PolicyEngine:
                     weights_version=version,
                 )
             )
+
+
+def _joins(item: Any, adapter: Optional[str], rows: int, max_rows: int) -> bool:
+    """Whether a queued request can join a batch of `adapter` that holds `rows` rows."""
+    return item is not _CLOSE and item.adapter == adapter and rows + item.n <= max_rows
 
 
 def _token_callback(stream: CompletionStream, index: int, detokenizer: Any) -> Callable[[TokenStep], bool]:

@@ -18,6 +18,8 @@ from agentlightning.serving.adapters import (
     resolve_adapter,
 )
 from agentlightning.serving.chat import render_chat_prompt
+from agentlightning.serving.engine import PolicyEngine
+from agentlightning.serving.sampling import SamplingParams
 from agentlightning.serving.server import PolicyServer
 from tests.support.tiny_model import tiny_model
 
@@ -97,6 +99,27 @@ def test_each_model_name_is_answered_by_its_adapter(adapter_server: PolicyServer
         for adapter, values in expected.items():
             matches = abs(float(values[token]) - logprob) < 1e-4
             assert matches == (adapter == names[model_name]), (model_name, adapter, float(values[token]), logprob)
+
+
+def test_interleaved_requests_batch_per_adapter_without_waiting_for_each_other() -> None:
+    """Requests are set aside while another adapter's batch runs, then batched together: 3 batches, not 12."""
+    model, tokenizer = two_adapter_model()
+    engine = PolicyEngine(model, tokenizer, max_batch_size=32, batch_window_s=0.2, seed=0, adapters=ADAPTERS)
+    order = [None, "planner", "coder"] * 4
+
+    async def run() -> list[int]:
+        # Submitted back to back: all are queued within the first batch's window.
+        streams = [engine.submit([1, 5, 6], SamplingParams(max_tokens=2), adapter=name) for name in order]
+        return [len(await stream.collect()) for stream in streams]
+
+    engine.start()
+    try:
+        assert asyncio.run(run()) == [1] * len(order)
+    finally:
+        engine.close()
+    assert engine.batches_run == 3
+    with pytest.raises(ValueError, match="unknown adapter 'critic'"):
+        engine.submit([1], SamplingParams(), adapter="critic")
 
 
 def test_unknown_adapter_is_a_404_naming_it(adapter_server: PolicyServer) -> None:
