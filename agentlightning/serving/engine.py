@@ -1,10 +1,10 @@
 """The policy engine: a request batcher in front of one causal LM whose weights can change between batches.
 
 Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
-together in one left-padded batch (`sampling.generate_rows`). With LoRA `adapters`, a batch holds
-the requests of one adapter (or of the base); the others are set aside, oldest first, for the next batches. Each batch runs entirely under the weights
+together in one left-padded batch (`sampling.generate_rows`). Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
-with in-flight generation.
+with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
+base); the others are set aside, oldest first, for the next batches.
 """
 
 from __future__ import annotations
