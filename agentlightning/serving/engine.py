@@ -3,7 +3,8 @@
 Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
 together in one left-padded batch (`sampling.generate_rows`). Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
-with in-flight generation.
+with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
+base); the others are set aside, oldest first, for the next batches.
 """
 
 from __future__ import annotations
@@ -65,10 +66,19 @@ CompletionEvent = Union[SequenceDelta, SequenceEnd]
 class CompletionStream:
     """The events of one request (`n` choices), consumed as an async iterator on the submitting loop."""
 
-    def __init__(self, prompt_ids: List[int], params: SamplingParams, n: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        prompt_ids: List[int],
+        params: SamplingParams,
+        n: int,
+        loop: asyncio.AbstractEventLoop,
+        adapter: Optional[str] = None,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.n = n
+        self.adapter = adapter
+        """The LoRA adapter that answers (None: the base, or the one policy of a server without adapters)."""
         self.cancelled = threading.Event()
         self._loop = loop
         self._events: asyncio.Queue[Union[CompletionEvent, _Failure]] = asyncio.Queue()
@@ -115,7 +125,10 @@ class PolicyEngine:
         batch_window_s: float = 0.01,
         max_context: Optional[int] = None,
         seed: Optional[int] = None,
+        adapters: Sequence[str] = (),
     ) -> None:
+        from .adapters import check_adapters
+
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if tokenizer.pad_token_id is None:
@@ -127,6 +140,8 @@ class PolicyEngine:
         config: Any = getattr(model, "config", None)
         self.max_context: Optional[int] = max_context or getattr(config, "max_position_embeddings", None)
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.adapters = check_adapters(model, adapters)
+        """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self._rng = random.Random(seed)
         self._weights_lock = threading.RLock()
         self._weights_version = 0
@@ -164,8 +179,15 @@ class PolicyEngine:
 
     # Requests ----------------------------------------------------------------------------------------
 
-    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> CompletionStream:
-        """Queue a request from inside a running event loop; iterate the returned stream for its events."""
+    def submit(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, adapter: Optional[str] = None
+    ) -> CompletionStream:
+        """Queue a request from inside a running event loop; iterate the returned stream for its events.
+
+        `adapter` picks one of `adapters` (None: the base); only requests of the same adapter share a batch.
+        """
+        if adapter is not None and adapter not in self.adapters:
+            raise ValueError(f"unknown adapter {adapter!r}; this engine serves adapters {self.adapters}")
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if not prompt_ids:
@@ -181,13 +203,15 @@ class PolicyEngine:
                 )
             if params.max_tokens > room:
                 params = dataclasses.replace(params, max_tokens=room)
-        stream = CompletionStream(list(prompt_ids), params, n, asyncio.get_running_loop())
+        stream = CompletionStream(list(prompt_ids), params, n, asyncio.get_running_loop(), adapter)
         self._queue.put(stream)
         return stream
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> List[SequenceEnd]:
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, adapter: Optional[str] = None
+    ) -> List[SequenceEnd]:
         """Submit and wait for all `n` choices."""
-        return await self.submit(prompt_ids, params, n).collect()
+        return await self.submit(prompt_ids, params, n, adapter=adapter).collect()
 
     # Weights -----------------------------------------------------------------------------------------
 
@@ -206,15 +230,21 @@ class PolicyEngine:
         """Serve new weights from a state dict or a module (plain or peft); returns the new version.
 
         A module that shares the served model's parameters (shared-model mode) needs no copy; the call
-        only marks the new version. Blocks until the running batch finishes.
+        only marks the new version. With `adapters`, a module's adapter weights are copied into the served
+        peft model (the base is frozen). Blocks until the running batch finishes.
         """
         import torch
 
+        from .adapters import copy_adapter_weights
         from .weights import merged_state_dict, shares_parameters
 
         with self._weights_lock:
             if isinstance(source, torch.nn.Module):
-                if not shares_parameters(source, self.model):
+                if shares_parameters(source, self.model):
+                    pass
+                elif self.adapters:
+                    copy_adapter_weights(source, self.model, self.adapters)
+                else:
                     self._load(merged_state_dict(source))
             else:
                 self._load(source)
@@ -234,25 +264,36 @@ class PolicyEngine:
     # Batching thread ---------------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        carry: Any = None
+        # Requests set aside, oldest first: another adapter's (a batch runs one adapter), or one that did
+        # not fit the batch it arrived in. Without adapters this is at most the one request that did not fit.
+        waiting: List[Any] = []
         while True:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
+            first = waiting.pop(0) if waiting else self._queue.get()
             if first is _CLOSE:
                 return
             batch: List[CompletionStream] = [first]
             rows = first.n
+            set_aside: List[Any] = []
+            for item in waiting:
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                else:
+                    set_aside.append(item)
+            waiting = set_aside
             deadline = time.monotonic() + self.batch_window_s
-            while rows < self.max_batch_size:
+            while rows < self.max_batch_size and _CLOSE not in waiting:
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if item is _CLOSE or rows + item.n > self.max_batch_size:
-                    carry = item
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                    continue
+                waiting.append(item)
+                if item is _CLOSE or item.adapter == first.adapter:  # this adapter's batch is full
                     break
-                batch.append(item)
-                rows += item.n
             self._run_batch([s for s in batch if not s.cancelled.is_set()])
 
     def _run_batch(self, batch: List[CompletionStream]) -> None:
@@ -261,6 +302,7 @@ class PolicyEngine:
         import torch
 
         from ._detokenizer import IncrementalDetokenizer
+        from .adapters import active_adapter
 
         device = next(self.model.parameters()).device
         rows: List[GenerationRow] = []
@@ -281,7 +323,8 @@ class PolicyEngine:
                     )
                 )
         try:
-            with self._weights_lock:
+            selected = active_adapter(self.model, batch[0].adapter) if self.adapters else contextlib.nullcontext()
+            with self._weights_lock, selected:
                 version = self._weights_version
                 was_training = self.model.training
                 self.model.eval()
@@ -312,6 +355,11 @@ class PolicyEngine:
                     weights_version=version,
                 )
             )
+
+
+def _joins(item: Any, adapter: Optional[str], rows: int, max_rows: int) -> bool:
+    """Whether a queued request can join a batch of `adapter` that holds `rows` rows."""
+    return item is not _CLOSE and item.adapter == adapter and rows + item.n <= max_rows
 
 
 def _token_callback(stream: CompletionStream, index: int, detokenizer: Any) -> Callable[[TokenStep], bool]:
