@@ -226,6 +226,18 @@ class SqliteEngine(SqlEngine):
                 outcomes.clear()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
+                    if len(group) == 1:
+                        # A lone call needs no savepoint: if it raises, rolling back the transaction is
+                        # rolling back the call alone, and it is answered with its error all the same.
+                        try:
+                            result = run_without_suspending(group[0][0](_SqliteTransaction(conn)))  # type: ignore[arg-type]
+                        except Exception as exc:
+                            conn.execute("ROLLBACK")
+                            outcomes.append((False, exc))
+                            return
+                        conn.execute("COMMIT")
+                        outcomes.append((True, result))
+                        return
                     for body, _ in group:
                         conn.execute("SAVEPOINT agl_call")
                         try:
