@@ -120,7 +120,10 @@ class InMemoryCollection(Collection[T], Generic[T]):
         if old is None:
             self._counter += 1
             self._order[key] = self._counter
-            self._index_add(key, item)
+            if self._indexes:
+                self._index_add(key, item)
+            return
+        if not self._indexes:
             return
         # A replacement moves only the index entries whose field changed (most updates touch none).
         for field, buckets in self._indexes.items():

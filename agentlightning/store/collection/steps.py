@@ -15,7 +15,7 @@ from agentlightning.types import Attempt, AttemptedRollout, FilterOptions, Rollo
 from .. import _arguments as arguments
 from .. import transitions
 from .._backend import BackendLightningStore
-from ..utils import assign_sequence_ids, count_unsequenced_spans, unhealthy_attempt_status
+from ..utils import assign_sequence_ids, copy_model, count_unsequenced_spans, unhealthy_attempt_status
 from .base import LightningCollections
 
 __all__ = ["CollectionStoreSteps", "LATEST_RESOURCES_KEY", "by_rollout", "plain", "span_key"]
@@ -24,7 +24,7 @@ LATEST_RESOURCES_KEY = "latest_resources_id"
 
 
 def plain(rollout: Rollout) -> Rollout:
-    return rollout.model_copy()
+    return copy_model(rollout)
 
 
 def span_key(span: Span) -> tuple[str, str, str]:
@@ -140,7 +140,7 @@ class CollectionStoreSteps(BackendLightningStore):
     ) -> Rollout:
         """Apply a status (and other field changes), keeping the queue and the waiters in step."""
         transition = transitions.rollout_transition(rollout, status, now, changes)
-        updated = rollout.model_copy(update=transition.changes) if transition.changes else rollout
+        updated = copy_model(rollout, transition.changes) if transition.changes else rollout
         await c.rollouts.update(updated)
         if transition.enqueue:
             await c.rollout_queue.enqueue([rollout.rollout_id])
@@ -159,7 +159,7 @@ class CollectionStoreSteps(BackendLightningStore):
         if worker is None:
             worker = Worker(worker_id=worker_id, **changes)
         elif changes:
-            worker = worker.model_copy(update=changes)
+            worker = copy_model(worker, changes)
         await c.workers.upsert(worker)
         return worker
 
@@ -198,7 +198,7 @@ class CollectionStoreSteps(BackendLightningStore):
         self, c: LightningCollections, rollout: Rollout, attempt: Attempt, changes: dict[str, Any], now: float
     ) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        updated = attempt.model_copy(update=transitions.stamp_attempt_changes(changes, now, attempt))
+        updated = copy_model(attempt, transitions.stamp_attempt_changes(changes, now, attempt))
         await c.attempts.update(updated)
         if changes.get("status") is None:
             return updated
@@ -269,7 +269,7 @@ class CollectionStoreSteps(BackendLightningStore):
         self, c: LightningCollections, rollout: Rollout, attempt: Attempt, now: float
     ) -> None:
         changes = transitions.span_heartbeat_changes(attempt, now)
-        updated = attempt.model_copy(update=changes)
+        updated = copy_model(attempt, changes)
         await c.attempts.update(updated)
         if "status" not in changes:
             return

@@ -32,7 +32,7 @@ from agentlightning.types.resources import validate_named_resources
 from .. import _arguments as arguments
 from .. import transitions
 from ..base import UNSET, FilterLogic, LightningStoreStatistics, SortOrder, is_unset
-from ..utils import Clock, is_queuing, is_terminal, new_resources_id
+from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id
 from ..watchdog import healthcheck_before
 from .base import LightningCollections
 from .steps import LATEST_RESOURCES_KEY, CollectionStoreSteps, by_rollout, plain
@@ -259,7 +259,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             if reassigned is not None:
                 await self._claim_for_worker(c, reassigned, now)
             updated = await self._update_attempt(c, rollout, attempt, changes, now)
-        return updated.model_copy()
+        return copy_model(updated)
 
     # ---- spans ----
 
