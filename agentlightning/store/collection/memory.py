@@ -238,6 +238,12 @@ class InMemoryCollection(Collection[T], Generic[T]):
             return len(bucket)
         return len(self._matching(filters))
 
+    async def count_where(self, field: str, value: Any) -> int:
+        buckets = self._indexes.get(field)
+        if buckets is None:
+            return await super().count_where(field, value)
+        return len(buckets.get(value, ()))
+
     async def size(self) -> int:
         return len(self._items)
 

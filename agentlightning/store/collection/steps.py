@@ -102,7 +102,7 @@ class CollectionStoreSteps(BackendLightningStore):
 
     async def _attempt_count(self, c: LightningCollections, rollout_id: str) -> int:
         """How many attempts the rollout has: the sequence id of its latest one."""
-        return await c.attempts.count(by_rollout(rollout_id))
+        return await c.attempts.count_where("rollout_id", rollout_id)
 
     async def _is_latest(self, c: LightningCollections, attempt: Attempt) -> bool:
         return attempt.sequence_id >= await self._attempt_count(c, attempt.rollout_id)
