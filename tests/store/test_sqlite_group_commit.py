@@ -66,3 +66,26 @@ async def test_a_failing_call_is_rolled_back_alone(tmp_path: Path) -> None:
 def test_group_commit_limit_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="group_commit_limit"):
         SqliteEngine(str(tmp_path / "x.db"), group_commit_limit=0)
+
+
+async def test_a_lone_failing_call_is_rolled_back_and_not_counted_as_a_commit(tmp_path: Path) -> None:
+    engine = SqliteEngine(str(tmp_path / "engine.db"))
+
+    async def refused(tx: SqlTransaction) -> None:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("lone", "v"))
+        raise ValueError("lone call refused after writing")
+
+    async def accepted(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("after", "v"))
+        return "after"
+
+    with pytest.raises(ValueError, match="lone call refused"):
+        await engine.run(refused, write=True)
+    assert await engine.run(accepted, write=True) == "after"
+    assert (engine.write_calls, engine.write_transactions) == (2, 1)
+
+    async def read(tx: SqlTransaction) -> set[str]:
+        return {row[0] for row in await tx.fetchall("SELECT key FROM {meta} WHERE key IN ('lone', 'after')")}
+
+    assert await engine.run(read, write=False) == {"after"}
+    await engine.close()

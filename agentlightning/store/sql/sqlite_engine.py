@@ -13,7 +13,7 @@ Group commit: concurrent write calls share one transaction. Writes queue up whil
 the thread then runs everything queued (up to `group_commit_limit` calls) in one `BEGIN IMMEDIATE ...
 COMMIT`, each call inside its own SAVEPOINT so a call that raises is rolled back alone. No call is answered
 before the COMMIT that holds it returned: acknowledged still means durable. A lone writer pays nothing
-extra (it is committed at once); many writers pay one commit per group instead of one each.
+extra (it is committed at once, without a savepoint); many writers pay one commit per group instead of one each.
 """
 
 from __future__ import annotations
@@ -222,22 +222,22 @@ class SqliteEngine(SqlEngine):
                 self._conn = self._connect()
             conn = self._conn
 
-            def attempt() -> None:
+            def attempt() -> bool:
+                """Run the group in one transaction; False when it was a lone call that failed (rolled back)."""
                 outcomes.clear()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     if len(group) == 1:
-                        # A lone call needs no savepoint: if it raises, rolling back the transaction is
-                        # rolling back the call alone, and it is answered with its error all the same.
+                        # A lone call needs no savepoint: rolling the transaction back rolls back the call alone.
                         try:
                             result = run_without_suspending(group[0][0](_SqliteTransaction(conn)))  # type: ignore[arg-type]
                         except Exception as exc:
                             conn.execute("ROLLBACK")
                             outcomes.append((False, exc))
-                            return
+                            return False
                         conn.execute("COMMIT")
                         outcomes.append((True, result))
-                        return
+                        return True
                     for body, _ in group:
                         conn.execute("SAVEPOINT agl_call")
                         try:
@@ -250,13 +250,14 @@ class SqliteEngine(SqlEngine):
                             conn.execute("RELEASE agl_call")
                             outcomes.append((True, result))
                     conn.execute("COMMIT")
+                    return True
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
 
-            self._with_lock_retry(attempt)
-            self.write_transactions += 1
+            if self._with_lock_retry(attempt):
+                self.write_transactions += 1
             self.write_calls += len(group)
         except BaseException as exc:  # nothing of the group was committed
             for _, future in group:
