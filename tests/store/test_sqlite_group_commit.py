@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,4 +89,40 @@ async def test_a_lone_failing_call_is_rolled_back_and_not_counted_as_a_commit(tm
         return {row[0] for row in await tx.fetchall("SELECT key FROM {meta} WHERE key IN ('lone', 'after')")}
 
     assert await engine.run(read, write=False) == {"after"}
+    await engine.close()
+
+
+async def test_a_write_cancelled_while_queued_is_skipped_and_one_cancelled_while_running_commits(
+    tmp_path: Path,
+) -> None:
+    engine = SqliteEngine(str(tmp_path / "engine.db"))
+    running, release = threading.Event(), threading.Event()
+
+    async def slow(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("slow", "v"))
+        running.set()
+        release.wait(10)  # on the SQLite thread: holds the transaction open
+        return "slow"
+
+    async def queued(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("queued", "v"))
+        return "queued"
+
+    first = asyncio.ensure_future(engine.run(slow, write=True))
+    assert await asyncio.to_thread(running.wait, 10)
+    second = asyncio.ensure_future(engine.run(queued, write=True))
+    await asyncio.sleep(0)  # `second` is queued behind the running transaction
+    first.cancel()
+    second.cancel()
+    release.set()
+    for task in (first, second):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def keys(tx: SqlTransaction) -> set[str]:
+        return {row[0] for row in await tx.fetchall("SELECT key FROM {meta} WHERE key IN ('slow', 'queued')")}
+
+    assert await engine.run(queued, write=True) == "queued"  # the engine keeps answering
+    assert await engine.run(keys, write=False) == {"slow", "queued"}
+    assert engine.write_calls == 2  # the cancelled queued call never ran
     await engine.close()
