@@ -10,6 +10,8 @@ Targets:
 Flows/s counts the time spent inside the store calls only: the spans are built (`Span.from_attributes`,
 the tracer's work, ~20 us each) between the timed calls. Latency percentiles are per flow. Flows per
 CPU-second (this process, all threads) is reported beside flows/s: on a busy machine it is the steadier figure.
+So is the cyclic garbage collector's share of the CPU: every span the in-memory store holds is a live Python
+object, and a full collection walks all of them, so that share grows with the store.
 
 Run:
     python benchmarks/flow_bench.py --quick                       # memory, sqlite, http; under a minute
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import multiprocessing
@@ -55,11 +58,18 @@ class FlowResult:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     cpu_seconds: float = 0.0
+    gc_seconds: float = 0.0
+    loop_cpu_seconds: float = 0.0
     profile: Optional[str] = None
 
     @property
     def flows_per_second(self) -> float:
         return self.flows / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def gc_share(self) -> float:
+        """The collector's share of this process's CPU over the measured loop (span building included)."""
+        return self.gc_seconds / self.loop_cpu_seconds if self.loop_cpu_seconds > 0 else 0.0
 
     @property
     def flows_per_cpu_second(self) -> float:
@@ -76,6 +86,7 @@ class FlowResult:
             "flows_per_second": self.flows_per_second,
             "us_per_flow": 1e6 / self.flows_per_second,
             "flows_per_cpu_second": self.flows_per_cpu_second,
+            "gc_share_of_cpu": self.gc_share,
             "p50_ms": self.percentile(0.5) * 1000,
             "p99_ms": self.percentile(0.99) * 1000,
         }
@@ -112,21 +123,44 @@ async def one_flow(store: LightningStore, index: int) -> tuple[float, float]:
     return spent + clock() - started, cpu_spent + cpu() - cpu_started
 
 
+class _GcClock:
+    """CPU seconds this process spends in the cyclic garbage collector while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
+
+
 async def run_flows(target: str, store: LightningStore, n: int, warmup: int, profile_lines: int) -> FlowResult:
     for index in range(warmup):
         await one_flow(store, index)
     profiler = cProfile.Profile() if profile_lines > 0 else None
     latencies: list[float] = []
     cpu_seconds = 0.0
+    # Every stored span stays a live Python object: full collections walk all of them, so the collector's
+    # share grows with the store. Reported beside the figures (it runs inside the timed calls too).
+    gc_clock = _GcClock()
+    gc.callbacks.append(gc_clock)
     if profiler is not None:
         profiler.enable()
-    for index in range(n):
-        wall, cpu = await one_flow(store, warmup + index)
-        latencies.append(wall)
-        cpu_seconds += cpu
-    if profiler is not None:
-        profiler.disable()
-    result = FlowResult(target, n, sum(latencies), latencies, cpu_seconds)
+    loop_cpu_started = time.process_time()
+    try:
+        for index in range(n):
+            wall, cpu = await one_flow(store, warmup + index)
+            latencies.append(wall)
+            cpu_seconds += cpu
+    finally:
+        loop_cpu = time.process_time() - loop_cpu_started
+        if profiler is not None:
+            profiler.disable()
+        gc.callbacks.remove(gc_clock)
+    result = FlowResult(target, n, sum(latencies), latencies, cpu_seconds, gc_clock.seconds, loop_cpu)
     if profiler is not None:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(profile_lines)
@@ -247,14 +281,17 @@ def main() -> None:
     results = [bench(t, counts[t], max(10, counts[t] // 10), args.dsn, args.profile) for t in targets]
     load = load_text()
     print(f"\nRollout flow: enqueue, dequeue, {SPANS_PER_FLOW} x add_span, update_attempt(succeeded); {load}")
-    print(f"{'target':<10}{'flows':>8}{'flows/s':>10}{'us/flow':>10}{'p50 ms':>9}{'p99 ms':>9}{'flows/CPU-s':>13}")
+    header = f"{'target':<10}{'flows':>8}{'flows/s':>10}{'us/flow':>10}{'p50 ms':>9}{'p99 ms':>9}{'flows/CPU-s':>13}"
+    print(header + f"{'GC % CPU':>10}")
     for r in results:
         print(
             f"{r.target:<10}{r.flows:>8}{r.flows_per_second:>10,.0f}{1e6 / r.flows_per_second:>10,.0f}"
             f"{r.percentile(0.5) * 1000:>9.3f}{r.percentile(0.99) * 1000:>9.3f}{r.flows_per_cpu_second:>13,.0f}"
+            f"{r.gc_share * 100:>10.0f}"
         )
     print("flows/CPU-s: flows per CPU-second of this process (all threads; the HTTP server's CPU is not counted);")
-    print("it hardly depends on what else the machine runs, unlike flows/s.")
+    print("it hardly depends on what else the machine runs, unlike flows/s. GC % CPU: the cyclic collector's")
+    print("share of this process's CPU over the measured loop (a full collection walks every stored span).")
     for r in results:
         if r.profile:
             print(f"\n--- cProfile, {r.target} (top {args.profile} by cumulative time) ---\n{r.profile}")

@@ -97,8 +97,8 @@ def build_figures(data: dict[str, Any], errors: dict[str, str]) -> list[Figure]:
     figures.append(
         Figure(
             "in-process rollout flow (enqueue, dequeue, 5 x add_span, succeed), memory",
-            f"{memory['flows_per_second']:,.0f} /s ({memory['us_per_flow']:.0f} us; "
-            f"{memory['flows_per_cpu_second']:,.0f} per CPU-s)"
+            f"{memory['flows_per_second']:,.0f} /s ({memory['us_per_flow']:.0f} us; p50 {memory['p50_ms'] * 1000:.0f} us; "
+            f"{memory['flows_per_cpu_second']:,.0f} per CPU-s; GC {memory.get('gc_share_of_cpu', 0) * 100:.0f} % of CPU)"
             if memory
             else _na(errors.get("flows", "")),
             pyd_text,
