@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import gc
 import io
@@ -35,15 +34,16 @@ import multiprocessing
 import os
 import pstats
 import signal
-import tempfile
+import sys
 import time
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from agentlightning.store import LightningStore
 from agentlightning.types import AttemptedRollout, Span
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from store_bench import open_backend  # noqa: E402  (a sibling script: one way to open each backend)
 
 TARGETS = ("memory", "sqlite", "postgres", "http")
 DEFAULT_TARGETS = ("memory", "sqlite", "http")
@@ -171,36 +171,6 @@ async def run_flows(target: str, store: LightningStore, n: int, warmup: int, pro
     return result
 
 
-@contextlib.asynccontextmanager
-async def open_store(target: str, dsn: str) -> AsyncIterator[LightningStore]:
-    if target == "memory":
-        from agentlightning.store.memory import InMemoryLightningStore
-
-        memory = InMemoryLightningStore()
-        yield memory
-        await memory.close()
-    elif target == "sqlite":
-        from agentlightning.store.sqlite import SqliteLightningStore
-
-        with tempfile.TemporaryDirectory(prefix="agl-flow-") as directory:
-            sqlite = SqliteLightningStore(os.path.join(directory, "flow.db"))
-            try:
-                yield sqlite
-            finally:
-                await sqlite.close()
-    elif target == "postgres":
-        from agentlightning.store.postgres import PostgresLightningStore
-
-        postgres = PostgresLightningStore(dsn, schema=f"agl_flow_{uuid.uuid4().hex[:10]}")
-        try:
-            yield postgres
-        finally:
-            await postgres.drop_schema()
-            await postgres.close()
-    else:
-        raise ValueError(f"unknown in-process target {target!r}")
-
-
 def _serve_memory(port: int) -> None:
     from agentlightning.store.memory import InMemoryLightningStore
     from agentlightning.store_http.server import LightningStoreServer
@@ -244,7 +214,7 @@ def bench_http(n: int, warmup: int) -> FlowResult:
 
 
 async def bench_in_process(target: str, n: int, warmup: int, dsn: str, profile_lines: int) -> FlowResult:
-    async with open_store(target, dsn) as store:
+    async with open_backend(target, dsn) as store:
         await store.statistics()  # connect and create tables outside the measurement
         return await run_flows(target, store, n, warmup, profile_lines)
 
