@@ -1,7 +1,9 @@
 """The policy engine: a request batcher in front of one causal LM whose weights can change between batches.
 
 Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
-together in one left-padded batch (`sampling.generate_rows`). Each batch runs entirely under the weights
+together in one left-padded batch (`sampling.generate_rows`). The KV cache of a prompt prefix that the
+rows of a batch share (a system prompt, few-shot turns, the earlier turns of a returning conversation)
+is kept for later batches (`PrefixCache`) until the weights change. Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
 with in-flight generation.
 """
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
+from ._prefix_cache import PrefixCache
 from .sampling import GenerationRow, SamplingParams, TokenStep, generate_rows
 
 if TYPE_CHECKING:
@@ -115,6 +118,7 @@ class PolicyEngine:
         batch_window_s: float = 0.01,
         max_context: Optional[int] = None,
         seed: Optional[int] = None,
+        prefix_cache_entries: int = 8,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -133,6 +137,8 @@ class PolicyEngine:
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self.batches_run = 0
+        self.prefix_cache: Optional[PrefixCache] = PrefixCache(prefix_cache_entries) if prefix_cache_entries else None
+        """KV caches of shared prompt prefixes (None when `prefix_cache_entries=0`); emptied when the weights change."""
 
     # Lifecycle ---------------------------------------------------------------------------------------
 
@@ -219,6 +225,8 @@ class PolicyEngine:
             else:
                 self._load(source)
             self._weights_version += 1
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
             return self._weights_version
 
     def _load(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -291,6 +299,7 @@ class PolicyEngine:
                         rows,
                         pad_token_id=int(self.tokenizer.pad_token_id),  # type: ignore[arg-type]
                         eos_token_ids=self.eos_token_ids,
+                        prefix_cache=self.prefix_cache,
                     )
                 finally:
                     self.model.train(was_training)
