@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=40, help="completion length limit per LLM call")
     parser.add_argument("--optimizer-steps", type=int, default=2, help="optimizer steps per GRPO step")
     parser.add_argument("--val-limit", type=int, default=16, help="held-out tasks to evaluate (max 32)")
+    parser.add_argument(
+        "--async-rollouts",
+        action="store_true",
+        help="generate the next step's rollouts while the learner updates (bounded staleness, max 1 update)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.add_argument("--port", type=int, default=0, help="store server port (0: a free one)")
     parser.add_argument("--save-model", action="store_true", help="also save the trained model to <output>/model")
@@ -126,6 +131,8 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,
+        async_rollouts=args.async_rollouts,
+        max_staleness=1,
         metrics_path=str(metrics_path),
         device="cpu",
     )
