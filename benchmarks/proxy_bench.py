@@ -14,6 +14,7 @@ Run from the repository root:
     python benchmarks/proxy_bench.py -n 1000 --unrouted     # also measure calls without a rollout route
     python benchmarks/proxy_bench.py --no-wait-for-store    # record spans after answering (no store round trip)
     python benchmarks/proxy_bench.py --translated           # also /v1/responses and /v1/messages (vs direct chat)
+    python benchmarks/proxy_bench.py -n 100 --json proxy.json  # also write the rows as JSON
 
 Numbers depend on the machine (and on other load); this is a tool for comparing changes, never a CI gate.
 """
@@ -221,6 +222,28 @@ async def run(args: argparse.Namespace) -> None:
                 f"{proxied.pct(0.99):>9.2f}ms {proxied.pct(0.5) - direct.pct(0.5):>9.2f}ms "
                 f"{proxied.pct(0.99) - direct.pct(0.99):>9.2f}ms {cpu_text}"
             )
+        if args.json:
+            report = {
+                "load": "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+                "launch_mode": args.launch_mode,
+                "wait_for_store": args.wait_for_store,
+                "requests_per_row": args.n,
+                "results": [
+                    {
+                        "request": name,
+                        "direct_p50_ms": direct.pct(0.5),
+                        "direct_p99_ms": direct.pct(0.99),
+                        "proxy_p50_ms": proxied.pct(0.5),
+                        "proxy_p99_ms": proxied.pct(0.99),
+                        "added_p50_ms": proxied.pct(0.5) - direct.pct(0.5),
+                        "added_p99_ms": proxied.pct(0.99) - direct.pct(0.99),
+                        "proxy_cpu_ms_per_request": cpu * 1000 if cpu is not None else None,
+                    }
+                    for name, direct, proxied, cpu in rows
+                ],
+            }
+            with open(args.json, "w") as handle:
+                json.dump(report, handle, indent=2)
     finally:
         await proxy.stop()
         if store_server is not None:
@@ -244,6 +267,7 @@ def main() -> None:
         action="store_false",
         help="write spans after answering instead of before the response completes",
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -78,7 +78,7 @@ def _quiet_sdk_tracer(original: Any) -> property:
     """The SDK client's `_tracer` property, None (no SDK span) while our wrapper suppresses inner spans."""
 
     def tracer(self: Any) -> Any:
-        if _enabled and otel_context.get_value(_SUPPRESS_KEY):
+        if (_enabled and otel_context.get_value(_SUPPRESS_KEY)) or client_capture_off():
             return None
         return original.fget(self)
 
@@ -126,7 +126,9 @@ def _wrap_stream(original: Callable[..., Any], asynchronous: bool) -> Callable[.
     innermost = inspect.unwrap(original)
 
     def stream(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _enabled or client_capture_off():
+        if client_capture_off():
+            return innermost(self, *args, **kwargs)  # the SDK's own, past any other library's wrapper
+        if not _enabled:
             return original(self, *args, **kwargs)
         materialize_iterables(kwargs)
         manager = innermost(self, *args, **kwargs)

@@ -247,7 +247,9 @@ def without_client_capture() -> Iterator[None]:
 
     The client patches are process-wide and stay installed; a tracer made with `instrument_openai=False`
     opens its trace contexts inside this, so another tracer's instrumentation earlier in the process does
-    not record client calls for it (e.g. an agent whose calls the LLM proxy records already).
+    not record client calls for it (e.g. an agent whose calls the LLM proxy records already). Our wrappers
+    then call the client with OpenTelemetry instrumentation suppressed, so the libraries wrapped below ours
+    (AgentOps, the Anthropic SDK's own spans) record nothing either.
     """
     token = otel_context.attach(otel_context.set_value(_CAPTURE_OFF_KEY, True))
     try:
@@ -257,7 +259,7 @@ def without_client_capture() -> Iterator[None]:
 
 
 def _suppressed() -> bool:
-    return bool(otel_context.get_value(_SUPPRESS_KEY)) or client_capture_off()
+    return bool(otel_context.get_value(_SUPPRESS_KEY))
 
 
 def _call_suppressed(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -280,6 +282,8 @@ def wrap_sync_call(
 
     @functools.wraps(original)
     def create(*args: Any, **kwargs: Any) -> Any:
+        if client_capture_off():
+            return _call_suppressed(original, *args, **kwargs)
         if not enabled() or _suppressed():
             return original(*args, **kwargs)
         call = _start_call(kwargs, call_format)
@@ -319,6 +323,12 @@ def wrap_async_call(
 
     @functools.wraps(original)
     async def create(*args: Any, **kwargs: Any) -> Any:
+        if client_capture_off():
+            token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
+            try:
+                return await _awaited(original(*args, **kwargs))
+            finally:
+                otel_context.detach(token)
         if not enabled() or _suppressed():
             return await _awaited(original(*args, **kwargs))
         call = _start_call(kwargs, call_format)

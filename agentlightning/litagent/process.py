@@ -171,6 +171,7 @@ class ProcessAgent(LitAgent[Any]):
         self.gateway_config = gateway_config
         self._own_gateways: dict[int, Gateway] = {}
         self._running_groups: set[int] = set()
+        self._closes = 0  # how many times close() ran: a rollout spawning across a close() is killed too
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -226,6 +227,7 @@ class ProcessAgent(LitAgent[Any]):
 
     async def close(self) -> None:
         """Kill the process groups of rollouts still running and stop the gateways this agent started."""
+        self._closes += 1
         for pgid in list(self._running_groups):
             _kill_group(pgid, signal.SIGKILL)
         gateways, self._own_gateways = list(self._own_gateways.values()), {}
@@ -283,6 +285,7 @@ class ProcessAgent(LitAgent[Any]):
         env = self.build_env(task, resources, rollout, endpoint, secret)
         timeout = self.timeout_seconds or rollout.config.timeout_seconds
         started = time.time()
+        closes = self._closes
         process = await asyncio.create_subprocess_exec(
             *self.argv,
             env=env,
@@ -293,6 +296,8 @@ class ProcessAgent(LitAgent[Any]):
         )
         _live_groups.add(process.pid)
         self._running_groups.add(process.pid)
+        if self._closes != closes:  # close() ran while the process was being started: it did not see it
+            _kill_group(process.pid, signal.SIGKILL)
         tail: collections.deque[str] = collections.deque()
         reader = asyncio.ensure_future(self._read_stderr(process, tail))
         reason, exit_code = "exit", None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import re
@@ -20,6 +21,7 @@ from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     LLM,
     AttemptedRollout,
+    AttemptStatus,
     NamedResources,
     Rollout,
     RolloutMode,
@@ -98,6 +100,10 @@ class LitAgentRunner(Runner[T_task]):
         self._agent: Optional[LitAgent[T_task]] = None
         self._hooks: list[Hook] = []
         self._store: Optional[LightningStore] = None
+        # The current attempt's last batch of traced spans waits to travel with its final status, and so
+        # does its exception span.
+        self._trace_deferred = False
+        self._deferred_spans: list[Span] = []
         self._sync_in_thread_now = False
 
     # ---- accessors ----
@@ -223,7 +229,12 @@ class LitAgentRunner(Runner[T_task]):
         The store wakes the wait on enqueue (no fixed sleep); the stop event is checked every
         `STOP_CHECK_INTERVAL_SECONDS` and ends the wait early.
         """
-        claim = asyncio.ensure_future(store.wait_for_dequeue(timeout=self._poll_interval, worker_id=worker_id))
+
+        async def claim_one() -> tuple[list[AttemptedRollout], contextvars.Context]:
+            claimed = await store.wait_for_dequeue(timeout=self._poll_interval, worker_id=worker_id)
+            return claimed, contextvars.copy_context()
+
+        claim = asyncio.ensure_future(claim_one())
         try:
             while not claim.done():
                 await asyncio.wait([claim], timeout=STOP_CHECK_INTERVAL_SECONDS)
@@ -235,7 +246,8 @@ class LitAgentRunner(Runner[T_task]):
                 claim.cancel()
         if claim.cancelled():
             return None
-        claimed = claim.result()
+        claimed, context = claim.result()
+        _adopt_context(context)
         return claimed[0] if claimed else None
 
     async def _idle(self, event: Optional[StopEvent]) -> None:
@@ -274,8 +286,14 @@ class LitAgentRunner(Runner[T_task]):
                 if exception_span is not None:
                     spans = [*spans, exception_span]  # type: ignore[list-item]
         await self._call_hooks("on_rollout_end", agent=agent, runner=self, rollout=rollout, spans=spans)
+        status: AttemptStatus = "failed" if error is not None else "succeeded"
         try:
-            await store.update_attempt(rollout_id, attempt_id, status="failed" if error is not None else "succeeded")
+            if self._trace_deferred:  # the last spans and the status in one call
+                self._trace_deferred = False
+                extra, self._deferred_spans = self._deferred_spans, []
+                await self._otel_tracer().finish_last_trace(status, extra)
+            else:
+                await store.update_attempt(rollout_id, attempt_id, status=status)
         except StaleAttemptError as exc:  # the store gave up on this attempt (timeout / silence) and moved on
             logger.warning(
                 "%s: result of rollout %s attempt %s discarded: %s", self.get_worker_id(), rollout_id, attempt_id, exc
@@ -338,9 +356,21 @@ class LitAgentRunner(Runner[T_task]):
     ) -> tuple[Any, Optional[SpanCoreFields]]:
         """Run the agent in a trace context; returns its result and the reward span recorded through the tracer."""
         tracer = self._tracer
-        async with tracer.trace_context(
-            name=rollout.rollout_id, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id
-        ):
+        defer = self._defers_last_batch()
+        context = (
+            self._otel_tracer().trace_context(
+                name=rollout.rollout_id,
+                rollout_id=rollout.rollout_id,
+                attempt_id=rollout.attempt.attempt_id,
+                defer_last_batch=True,
+            )
+            if defer
+            else tracer.trace_context(
+                name=rollout.rollout_id, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id
+            )
+        )
+        async with context:
+            self._trace_deferred = defer  # set inside: a context that failed to open defers nothing
             await self._call_hooks("on_trace_start", agent=agent, runner=self, tracer=tracer, rollout=rollout)
             try:
                 result = await self._invoke_agent(agent, rollout, resources)
@@ -349,6 +379,36 @@ class LitAgentRunner(Runner[T_task]):
             result = self._coerce_reward(result)
             return result, self._trace_reward(result) if isinstance(result, float) else None
 
+    def _writes_trace_to_remote_store(self) -> bool:
+        """Whether our OtelTracer writes its spans to our store, and every store call is an HTTP round trip."""
+        tracer, store = self._tracer, self._store
+        if not isinstance(tracer, OtelTracer) or store is None or tracer.store is not store:
+            return False
+        return bool(store.capabilities.get("otlp_traces", False))
+
+    def _defers_last_batch(self) -> bool:
+        """Whether the trace's last batch of spans can wait to travel with the attempt's final status.
+
+        Not when an `on_rollout_end` hook is set: hooks run after the rollout's spans were posted.
+        """
+        if not self._writes_trace_to_remote_store():
+            return False
+        return all(type(hook).on_rollout_end is Hook.on_rollout_end for hook in self._hooks)
+
+    def _otel_tracer(self) -> OtelTracer:
+        tracer = self._tracer
+        assert isinstance(tracer, OtelTracer)
+        return tracer
+
+    async def _flush_deferred_trace(self) -> None:
+        """Write the deferred spans now, so spans the runner stores itself come after them, in order."""
+        if self._trace_deferred:
+            self._trace_deferred = False
+            extra, self._deferred_spans = self._deferred_spans, []
+            await self._otel_tracer().flush_last_trace()
+            if extra:
+                await self.get_store().add_many_spans(extra)
+
     def _trace_reward(self, reward: float) -> Optional[SpanCoreFields]:
         """Record a returned reward like a final `emit_reward` call, when the tracer writes its spans to our store.
 
@@ -356,13 +416,10 @@ class LitAgentRunner(Runner[T_task]):
         Only worth it when every store call is an HTTP round trip (stores that also take OTLP traces); an
         in-process store takes the reward directly for less than tracing it costs.
         """
-        tracer, store = self._tracer, self._store
-        if not isinstance(tracer, OtelTracer) or store is None or tracer.store is not store:
-            return None
-        if not store.capabilities.get("otlp_traces", False):
+        if not self._writes_trace_to_remote_store():
             return None
         core = emit_reward(reward, propagate=False)
-        return tracer.create_span(core.name, attributes=core.attributes)
+        return self._otel_tracer().create_span(core.name, attributes=core.attributes)
 
     async def _invoke_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
         training = rollout.mode == "train"
@@ -426,6 +483,7 @@ class LitAgentRunner(Runner[T_task]):
         span = Span.from_core_fields(
             core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
         )
+        await self._flush_deferred_trace()
         stored = await self.get_store().add_many_spans([span])
         return stored[0] if len(stored) == 1 else span
 
@@ -435,6 +493,7 @@ class LitAgentRunner(Runner[T_task]):
         if not items:
             logger.warning("agent returned an empty span list for rollout %s; nothing to store.", rollout_id)
             return list(self._tracer.get_last_trace())
+        await self._flush_deferred_trace()
         if all(isinstance(item, ReadableSpan) for item in items):
             self._warn_duplicate_otel_spans(items)
             for item in items:
@@ -506,9 +565,20 @@ class LitAgentRunner(Runner[T_task]):
         return [s for s in trace if s.rollout_id == rollout.rollout_id and s.attempt_id == rollout.attempt.attempt_id]
 
     async def _store_exception(self, rollout: AttemptedRollout, exc: BaseException) -> Optional[Span]:
-        """Record the failure as an `agentlightning.exception` span; never raises."""
+        """Record the failure as an `agentlightning.exception` span; never raises.
+
+        With the trace's last batch deferred, the span travels with it and the final status (unnumbered
+        until then).
+        """
         try:
-            return await self._store_core_span(rollout, emit_exception(exc, propagate=False))
+            core = emit_exception(exc, propagate=False)
+            if self._trace_deferred:
+                span = Span.from_core_fields(
+                    core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
+                )
+                self._deferred_spans.append(span)
+                return span
+            return await self._store_core_span(rollout, core)
         except Exception:
             logger.exception("could not store the exception span of rollout %s", rollout.rollout_id)
             return None
@@ -537,6 +607,20 @@ class LitAgentRunner(Runner[T_task]):
                     await result
             except Exception:
                 logger.exception("hook %s.%s raised; the runner carries on.", type(hook).__name__, name)
+
+
+def _adopt_context(context: contextvars.Context) -> None:
+    """Take over the context variables a claim set in its own task, as if this task had claimed itself.
+
+    An HTTP client notes there the resources versions its dequeue answer reported, so that the rollout's
+    resources read is answered from its cache instead of another request.
+    """
+    for variable, value in context.items():
+        if variable.get(_NO_VALUE) is not value:
+            variable.set(value)
+
+
+_NO_VALUE: Any = object()
 
 
 ZERO_LLM_SPANS_HINT = (

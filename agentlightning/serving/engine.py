@@ -5,7 +5,8 @@ together in one left-padded batch (`sampling.generate_rows`). The KV cache of a 
 rows of a batch share (a system prompt, few-shot turns, the earlier turns of a returning conversation)
 is kept for later batches (`PrefixCache`) until the weights change. Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
-with in-flight generation.
+with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
+base); the others are set aside, oldest first, for the next batches.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._prefix_cache import PrefixCache
 from .sampling import GenerationRow, SamplingParams, TokenStep, generate_rows
@@ -68,10 +69,19 @@ CompletionEvent = Union[SequenceDelta, SequenceEnd]
 class CompletionStream:
     """The events of one request (`n` choices), consumed as an async iterator on the submitting loop."""
 
-    def __init__(self, prompt_ids: List[int], params: SamplingParams, n: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        prompt_ids: List[int],
+        params: SamplingParams,
+        n: int,
+        loop: asyncio.AbstractEventLoop,
+        adapter: Optional[str] = None,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.n = n
+        self.adapter = adapter
+        """The LoRA adapter that answers (None: the base, or the one policy of a server without adapters)."""
         self.cancelled = threading.Event()
         self._loop = loop
         self._events: asyncio.Queue[Union[CompletionEvent, _Failure]] = asyncio.Queue()
@@ -119,7 +129,10 @@ class PolicyEngine:
         max_context: Optional[int] = None,
         seed: Optional[int] = None,
         prefix_cache_entries: int = 8,
+        adapters: Sequence[str] = (),
     ) -> None:
+        from .adapters import check_adapters
+
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if tokenizer.pad_token_id is None:
@@ -131,14 +144,16 @@ class PolicyEngine:
         config: Any = getattr(model, "config", None)
         self.max_context: Optional[int] = max_context or getattr(config, "max_position_embeddings", None)
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.adapters = check_adapters(model, adapters)
+        """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self._rng = random.Random(seed)
         self._weights_lock = threading.RLock()
         self._weights_version = 0
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self.batches_run = 0
-        self.prefix_cache: Optional[PrefixCache] = PrefixCache(prefix_cache_entries) if prefix_cache_entries else None
-        """KV caches of shared prompt prefixes (None when `prefix_cache_entries=0`); emptied when the weights change."""
+        self._prefix_cache_entries = prefix_cache_entries
+        self._prefix_caches: Dict[Optional[str], PrefixCache] = {}
 
     # Lifecycle ---------------------------------------------------------------------------------------
 
@@ -168,10 +183,32 @@ class PolicyEngine:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def prefix_cache_for(self, adapter: Optional[str] = None) -> Optional[PrefixCache]:
+        """The KV caches of shared prompt prefixes for batches of `adapter` (None: the base), kept apart
+        because an adapter changes the keys and values; None when `prefix_cache_entries=0`."""
+        if not self._prefix_cache_entries:
+            return None
+        if adapter not in self._prefix_caches:
+            self._prefix_caches[adapter] = PrefixCache(self._prefix_cache_entries)
+        return self._prefix_caches[adapter]
+
+    @property
+    def prefix_cache(self) -> Optional[PrefixCache]:
+        """`prefix_cache_for(None)`: the stored prefixes of the base (or of the one policy); emptied when the
+        weights change."""
+        return self.prefix_cache_for(None)
+
     # Requests ----------------------------------------------------------------------------------------
 
-    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> CompletionStream:
-        """Queue a request from inside a running event loop; iterate the returned stream for its events."""
+    def submit(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, adapter: Optional[str] = None
+    ) -> CompletionStream:
+        """Queue a request from inside a running event loop; iterate the returned stream for its events.
+
+        `adapter` picks one of `adapters` (None: the base); only requests of the same adapter share a batch.
+        """
+        if adapter is not None and adapter not in self.adapters:
+            raise ValueError(f"unknown adapter {adapter!r}; this engine serves adapters {self.adapters}")
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if not prompt_ids:
@@ -187,13 +224,15 @@ class PolicyEngine:
                 )
             if params.max_tokens > room:
                 params = dataclasses.replace(params, max_tokens=room)
-        stream = CompletionStream(list(prompt_ids), params, n, asyncio.get_running_loop())
+        stream = CompletionStream(list(prompt_ids), params, n, asyncio.get_running_loop(), adapter)
         self._queue.put(stream)
         return stream
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> List[SequenceEnd]:
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, adapter: Optional[str] = None
+    ) -> List[SequenceEnd]:
         """Submit and wait for all `n` choices."""
-        return await self.submit(prompt_ids, params, n).collect()
+        return await self.submit(prompt_ids, params, n, adapter=adapter).collect()
 
     # Weights -----------------------------------------------------------------------------------------
 
@@ -212,21 +251,27 @@ class PolicyEngine:
         """Serve new weights from a state dict or a module (plain or peft); returns the new version.
 
         A module that shares the served model's parameters (shared-model mode) needs no copy; the call
-        only marks the new version. Blocks until the running batch finishes.
+        only marks the new version. With `adapters`, a module's adapter weights are copied into the served
+        peft model (the base is frozen). Blocks until the running batch finishes.
         """
         import torch
 
+        from .adapters import copy_adapter_weights
         from .weights import merged_state_dict, shares_parameters
 
         with self._weights_lock:
             if isinstance(source, torch.nn.Module):
-                if not shares_parameters(source, self.model):
+                if shares_parameters(source, self.model):
+                    pass
+                elif self.adapters:
+                    copy_adapter_weights(source, self.model, self.adapters)
+                else:
                     self._load(merged_state_dict(source))
             else:
                 self._load(source)
             self._weights_version += 1
-            if self.prefix_cache is not None:
-                self.prefix_cache.clear()
+            for cache in self._prefix_caches.values():
+                cache.clear()
             return self._weights_version
 
     def _load(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -242,25 +287,36 @@ class PolicyEngine:
     # Batching thread ---------------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        carry: Any = None
+        # Requests set aside, oldest first: another adapter's (a batch runs one adapter), or one that did
+        # not fit the batch it arrived in. Without adapters this is at most the one request that did not fit.
+        waiting: List[Any] = []
         while True:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
+            first = waiting.pop(0) if waiting else self._queue.get()
             if first is _CLOSE:
                 return
             batch: List[CompletionStream] = [first]
             rows = first.n
+            set_aside: List[Any] = []
+            for item in waiting:
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                else:
+                    set_aside.append(item)
+            waiting = set_aside
             deadline = time.monotonic() + self.batch_window_s
-            while rows < self.max_batch_size:
+            while rows < self.max_batch_size and _CLOSE not in waiting:
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
-                if item is _CLOSE or rows + item.n > self.max_batch_size:
-                    carry = item
+                if _joins(item, first.adapter, rows, self.max_batch_size):
+                    batch.append(item)
+                    rows += item.n
+                    continue
+                waiting.append(item)
+                if item is _CLOSE or item.adapter == first.adapter:  # this adapter's batch is full
                     break
-                batch.append(item)
-                rows += item.n
             self._run_batch([s for s in batch if not s.cancelled.is_set()])
 
     def _run_batch(self, batch: List[CompletionStream]) -> None:
@@ -269,6 +325,7 @@ class PolicyEngine:
         import torch
 
         from ._detokenizer import IncrementalDetokenizer
+        from .adapters import active_adapter
 
         device = next(self.model.parameters()).device
         rows: List[GenerationRow] = []
@@ -289,7 +346,8 @@ class PolicyEngine:
                     )
                 )
         try:
-            with self._weights_lock:
+            selected = active_adapter(self.model, batch[0].adapter) if self.adapters else contextlib.nullcontext()
+            with self._weights_lock, selected:
                 version = self._weights_version
                 was_training = self.model.training
                 self.model.eval()
@@ -299,7 +357,7 @@ class PolicyEngine:
                         rows,
                         pad_token_id=int(self.tokenizer.pad_token_id),  # type: ignore[arg-type]
                         eos_token_ids=self.eos_token_ids,
-                        prefix_cache=self.prefix_cache,
+                        prefix_cache=self.prefix_cache_for(batch[0].adapter),
                     )
                 finally:
                     self.model.train(was_training)
@@ -321,6 +379,11 @@ class PolicyEngine:
                     weights_version=version,
                 )
             )
+
+
+def _joins(item: Any, adapter: Optional[str], rows: int, max_rows: int) -> bool:
+    """Whether a queued request can join a batch of `adapter` that holds `rows` rows."""
+    return item is not _CLOSE and item.adapter == adapter and rows + item.n <= max_rows
 
 
 def _token_callback(stream: CompletionStream, index: int, detokenizer: Any) -> Callable[[TokenStep], bool]:

@@ -7,6 +7,9 @@ update the weights it serves (`update_weights`) without a restart.
 Around a weight swap (`swap_weights`) the server pauses: new chat requests get 429 with `Retry-After`
 (the OpenAI client retries them), requests already running finish, the weights change, and it resumes.
 Every completion reports the weights version that produced it (`system_fingerprint`: "weights-v<N>").
+
+With `adapters` (LoRA adapters of a peft model, e.g. one per agent role) the server serves the frozen
+base as `model_name` and each adapter as `model_name:adapter` (see `serving/adapters.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..types.resources import LLM
+from .adapters import UnknownAdapterError, adapter_model_name, resolve_adapter
 from .chat import TOOL_CALL_OPEN, parse_tool_calls, render_chat_prompt
 from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
@@ -51,6 +55,8 @@ class PolicyServer:
         always_logprobs: return logprobs even when a request does not ask (GRPO turns this on so the
             tracer records the sampling-time logprobs of agents that never request them).
         retry_after_s: the `Retry-After` (seconds) of the 429 answered while paused.
+        adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
+            `model_name` then run the base with adapters disabled, and unknown adapters get 404.
     """
 
     def __init__(
@@ -67,9 +73,15 @@ class PolicyServer:
         seed: Optional[int] = None,
         always_logprobs: bool = False,
         retry_after_s: float = 1.0,
+        adapters: Sequence[str] = (),
     ) -> None:
         self.engine = PolicyEngine(
-            model, tokenizer, max_batch_size=max_batch_size, batch_window_s=batch_window_s, seed=seed
+            model,
+            tokenizer,
+            max_batch_size=max_batch_size,
+            batch_window_s=batch_window_s,
+            seed=seed,
+            adapters=adapters,
         )
         self.model_name = model_name
         self.host = host
@@ -227,9 +239,26 @@ class PolicyServer:
             if self._in_flight == 0:
                 self._idle.notify_all()
 
-    def as_resource(self, sampling_parameters: Optional[Dict[str, Any]] = None) -> LLM:
-        """An `LLM` resource pointing at this server, to publish through the store."""
-        return LLM(endpoint=self.endpoint, model=self.model_name, sampling_parameters=dict(sampling_parameters or {}))
+    @property
+    def adapters(self) -> List[str]:
+        return list(self.engine.adapters)
+
+    @property
+    def served_models(self) -> List[str]:
+        """The model names requests may select: the base, then `base:<adapter>` for each adapter."""
+        return [self.model_name, *(adapter_model_name(self.model_name, a) for a in self.engine.adapters)]
+
+    def as_resource(
+        self, sampling_parameters: Optional[Dict[str, Any]] = None, *, adapter: Optional[str] = None
+    ) -> LLM:
+        """An `LLM` resource pointing at this server (at one of its adapters), to publish through the store."""
+        if adapter is not None and adapter not in self.engine.adapters:
+            raise ValueError(f"unknown adapter {adapter!r}; this server serves adapters {self.engine.adapters}")
+        return LLM(
+            endpoint=self.endpoint,
+            model=adapter_model_name(self.model_name, adapter),
+            sampling_parameters=dict(sampling_parameters or {}),
+        )
 
 
 def _run_sync(coroutine: Any) -> Any:
@@ -262,7 +291,10 @@ def _build_app(server: PolicyServer) -> FastAPI:
     async def _models() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
         return {
             "object": "list",
-            "data": [{"id": server.model_name, "object": "model", "created": 0, "owned_by": "agentlightning"}],
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "agentlightning"}
+                for name in server.served_models
+            ],
         }
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -285,10 +317,14 @@ def _build_app(server: PolicyServer) -> FastAPI:
     async def _answer(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:
         engine = server.engine
         try:
+            adapter = resolve_adapter(body.model, server.model_name, engine.adapters)
+        except UnknownAdapterError as exc:
+            return JSONResponse(status_code=404, content=openai_error(str(exc), param="model"))
+        try:
             prompt_ids = render_chat_prompt(
                 engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {})
             )
-            stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n)
+            stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
         except ValueError as exc:
             return JSONResponse(status_code=400, content=openai_error(str(exc)))
         except Exception as exc:  # template errors and the like must not kill the server
@@ -358,7 +394,7 @@ async def _complete(server: PolicyServer, body: ChatCompletionRequest, stream: C
         "id": new_completion_id(),
         "object": "chat.completion",
         "created": now(),
-        "model": server.model_name,
+        "model": adapter_model_name(server.model_name, stream.adapter),
         "system_fingerprint": f"weights-v{ends[0].weights_version}" if ends else None,
         "choices": choices,
         "usage": _usage(len(stream.prompt_ids), sum(len(e.token_ids) for e in ends)),
@@ -400,7 +436,7 @@ async def _sse(server: PolicyServer, body: ChatCompletionRequest, stream: Comple
             "id": completion_id,
             "object": "chat.completion.chunk",
             "created": created,
-            "model": server.model_name,
+            "model": adapter_model_name(server.model_name, stream.adapter),
             "choices": choices,
             **extra,
         }

@@ -13,7 +13,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from agentlightning.types import (
     Attempt,
     AttemptedRollout,
+    AttemptStatus,
     EnqueueRolloutRequest,
+    FinishedAttempt,
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
@@ -271,6 +273,25 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
     ) -> Attempt:
         """Change an attempt (`attempt_id` may be "latest"); the latest attempt's status drives the rollout."""
         raise NotImplementedError(_unimplemented(self, "update_attempt"))
+
+    async def finish_attempt(
+        self, rollout_id: str, attempt_id: str, status: AttemptStatus, spans: Sequence[Span] = ()
+    ) -> FinishedAttempt:
+        """Store an attempt's last spans, then set its final `status`: one call (one request over HTTP).
+
+        The same as `add_many_spans(spans)` followed by `update_attempt(rollout_id, attempt_id, status=status)`:
+        spans with `sequence_id <= 0` are numbered by the store, and they are stored even when the status
+        update is then refused (e.g. `StaleAttemptError`). Every span must belong to this attempt.
+        """
+        for span in spans:
+            if (span.rollout_id, span.attempt_id) != (rollout_id, attempt_id):
+                raise ValueError(
+                    f"span {span.span_id!r} belongs to rollout {span.rollout_id!r} attempt {span.attempt_id!r}, "
+                    f"not to the attempt being finished ({rollout_id!r}, {attempt_id!r}); send it with add_many_spans"
+                )
+        stored = list(await self.add_many_spans(spans)) if spans else []
+        attempt = await self.update_attempt(rollout_id, attempt_id, status=status)
+        return FinishedAttempt(attempt=attempt, spans=stored)
 
     # ---- spans ----
 

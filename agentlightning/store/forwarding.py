@@ -15,7 +15,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from agentlightning.types import (
     Attempt,
     AttemptedRollout,
+    AttemptStatus,
     EnqueueRolloutRequest,
+    FinishedAttempt,
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
@@ -153,6 +155,11 @@ class ForwardingLightningStore(LightningStore):
         metadata: Any = UNSET,
     ) -> Attempt:
         return await self._forward("update_attempt", _arguments(locals()))
+
+    async def finish_attempt(
+        self, rollout_id: str, attempt_id: str, status: AttemptStatus, spans: Sequence[Span] = ()
+    ) -> FinishedAttempt:
+        return await self._forward("finish_attempt", _arguments(locals()))
 
     # ---- spans ----
 

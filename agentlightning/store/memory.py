@@ -59,7 +59,14 @@ def estimate_model_size(obj: Any) -> int:
     if isinstance(obj, dict):
         total = sys.getsizeof(obj)
         for key, value in obj.items():
-            total += estimate_model_size(key) + estimate_model_size(value)
+            # Span attributes are mostly flat str -> str/number maps: size those inline, recurse for the rest.
+            total += 49 + len(key) if type(key) is str else estimate_model_size(key)
+            kind = type(value)
+            if kind is str:
+                total += 49 + len(value)
+            else:
+                atomic = _ATOMIC_SIZES.get(kind)
+                total += atomic if atomic is not None else estimate_model_size(value)
         return total
     if isinstance(obj, (list, tuple, set, frozenset)):
         total = sys.getsizeof(obj)
@@ -222,9 +229,9 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         return rollouts
 
     async def _new_attempt(
-        self, c: LightningCollections, rollout: Rollout, worker_id: Optional[str], now: float
+        self, c: LightningCollections, rollout: Rollout, worker_id: Optional[str], now: float, **worker_changes: Any
     ) -> AttemptedRollout:
-        attempted = await super()._new_attempt(c, rollout, worker_id, now)
+        attempted = await super()._new_attempt(c, rollout, worker_id, now, **worker_changes)
         if rollout.rollout_id not in self._record_bytes_by_rollout:  # started directly, never queued
             self._count_record(rollout.rollout_id, rollout)
         self._count_record(rollout.rollout_id, attempted.attempt)

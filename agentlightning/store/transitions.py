@@ -196,8 +196,9 @@ def rollout_transition(
 
 
 def attempted_rollout(rollout: Rollout, attempt: Attempt) -> AttemptedRollout:
-    # Both parts are validated models of the same rollout, so skip re-validation on this hot path.
-    return AttemptedRollout.model_construct(**dict(rollout), attempt=attempt)
+    # Validating from the field dict (pydantic keeps the Attempt instance as is) costs a third of
+    # `model_construct(**dict(rollout))`: both `dict(model)` and `model_construct` run field loops in Python.
+    return AttemptedRollout.model_validate({**rollout.__dict__, "attempt": attempt})
 
 
 # ---- attempts ----

@@ -41,6 +41,11 @@ class Watchdog:
         self.debounce_seconds = debounce_seconds
         self._last_scan: Optional[float] = None
 
+    def due(self) -> bool:
+        """Whether a scan would run now (checked before every store call, so without a coroutine)."""
+        last = self._last_scan
+        return last is None or self.debounce_seconds <= 0 or self._clock() - last >= self.debounce_seconds
+
     async def maybe_scan(self) -> None:
         if _in_scan.get():
             return
@@ -70,7 +75,7 @@ def healthcheck_before(method: F) -> F:
     @functools.wraps(method)
     async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         watchdog: Optional[Watchdog] = getattr(self, "_watchdog", None)
-        if watchdog is not None:
+        if watchdog is not None and watchdog.due():
             await watchdog.maybe_scan()
         return await method(self, *args, **kwargs)
 

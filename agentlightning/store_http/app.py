@@ -42,6 +42,7 @@ _HOT_ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/queues/rollouts/dequeue"),
     ("POST", "/rollouts/{rollout_id}/attempts/search"),
     ("POST", "/rollouts/{rollout_id}/attempts/{attempt_id}"),
+    ("POST", "/rollouts/{rollout_id}/attempts/{attempt_id}/finish"),
     ("POST", "/workers/search"),
     ("POST", "/workers/{worker_id}"),
     ("GET", "/resources/latest"),

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from agentlightning.store.base import LightningStore
 from agentlightning.store.utils import check_pagination, check_sort
-from agentlightning.types import EnqueueRolloutRequest, RolloutConfig
+from agentlightning.types import EnqueueRolloutRequest, RolloutConfig, Span
 
 from .errors import NOT_FOUND_ERROR_TYPE, HTTPError, error_body, error_from_exception
 
@@ -177,6 +177,11 @@ class UpdateAttemptBody(_Body):
     worker_id: Optional[str] = None
     last_heartbeat_time: Optional[float] = None
     metadata: Optional[dict[str, Any]] = None
+
+
+class FinishAttemptBody(_Body):
+    status: str
+    spans: list[Span] = []
 
 
 class QueryWorkersBody(_Body):

@@ -29,7 +29,9 @@ from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
     Attempt,
     AttemptedRollout,
+    AttemptStatus,
     EnqueueRolloutRequest,
+    FinishedAttempt,
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
@@ -92,6 +94,7 @@ _RESOURCES_PAGE: TypeAdapter[PaginatedResult[ResourcesUpdate]] = TypeAdapter(Pag
 _WORKER: TypeAdapter[Worker] = TypeAdapter(Worker)
 _WORKER_PAGE: TypeAdapter[PaginatedResult[Worker]] = TypeAdapter(PaginatedResult[Worker])
 _DICT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_FINISHED: TypeAdapter[FinishedAttempt] = TypeAdapter(FinishedAttempt)
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 _DEQUEUE_HEADERS = {**_JSON_HEADERS, WANT_RESOURCES_VERSIONS_HEADER: "1"}
@@ -109,6 +112,11 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list)):
         return list(value)  # type: ignore[arg-type]
     return value
+
+
+def _route_missing(error: LightningStoreRequestError) -> bool:
+    """Whether a server answered that it has no such route (an older version), not that an entity is missing."""
+    return error.status in (404, 405) and not error.error_type
 
 
 def _checked_config(config: Any) -> Any:
@@ -218,6 +226,7 @@ class LightningStoreClient(ForwardingLightningStore):
         self._sessions_lock = threading.Lock()
         self._resources = ResourcesHints()
         self._server_long_polls = True  # until a server shows it predates `wait` on dequeues
+        self._server_finishes = True  # until a server shows it predates `finish_attempt`'s route
         self._timeout = aiohttp.ClientTimeout(total=self.request_timeout, sock_connect=self.connection_timeout)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -596,6 +605,43 @@ class LightningStoreClient(ForwardingLightningStore):
             assert body is not None
             stored.extend(_SPANS.validate_json(body))
         return stored
+
+    async def finish_attempt(
+        self, rollout_id: str, attempt_id: str, status: AttemptStatus, spans: Sequence[Span] = ()
+    ) -> FinishedAttempt:
+        """The attempt's last spans and its final status in one request.
+
+        Spans over `max_body_size` go ahead with `add_many_spans` (the status then travels with the last
+        part); a server that predates the `/finish` route (404 without an error type of ours, or 405) gets
+        the v0.3 calls instead, `add_many_spans` then `update_attempt`.
+        """
+        if not self._server_finishes:
+            return await LightningStore.finish_attempt(self, rollout_id, attempt_id, status, spans)
+        batches = self._span_batches(spans)
+        stored: list[Span] = []
+        for batch in batches[:-1]:
+            stored.extend(await self.add_many_spans(_SPANS.validate_json(batch)))
+        path = f"/rollouts/{_seg(rollout_id, 'rollout_id')}/attempts/{_seg(attempt_id, 'attempt_id')}/finish"
+        last = batches[-1] if batches else b"[]"
+        body = b'{"status":' + _ANY.dump_json(status) + b',"spans":' + last + b"}"
+        try:
+            raw = await self._request("POST", path, raw_body=body)
+        except LightningStoreRequestError as exc:
+            if not _route_missing(exc):
+                raise
+            self._server_finishes = False
+            logger.info(
+                "store server at %s has no /finish route (older version); sending spans and status apart",
+                self.server_root,
+            )
+            remaining = _SPANS.validate_json(last)
+            finished = await LightningStore.finish_attempt(self, rollout_id, attempt_id, status, remaining)
+            return FinishedAttempt(attempt=finished.attempt, spans=[*stored, *finished.spans])
+        assert raw is not None
+        finished = _FINISHED.validate_json(raw)
+        if stored:
+            finished.spans[:0] = stored
+        return finished
 
     def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
         """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""

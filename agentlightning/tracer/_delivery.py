@@ -7,7 +7,9 @@ so the store allocates them in the same call: one round trip per batch over HTTP
 on the event loop that opened the context (stores that are not thread-safe) or on a private event-loop
 thread (thread-safe stores), so spans keep flowing even while synchronous agent code blocks the caller's
 loop. Closing a session writes everything still pending at once, from the caller's loop; batches never
-overlap, so they reach the store (and get their sequence ids) in order.
+overlap, so they reach the store (and get their sequence ids) in order. A session closed with
+`keep_pending=True` writes nothing more by itself: its owner sends the last batch together with the
+attempt's final status (`finish_attempt`, one request over HTTP) or alone (`flush`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextvars
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from opentelemetry import context as otel_context
@@ -28,6 +30,7 @@ from agentlightning.types import Span
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
+    from agentlightning.types import AttemptStatus, FinishedAttempt
 
 __all__ = [
     "STORE_WRITE_TIMEOUT_SECONDS",
@@ -126,6 +129,7 @@ class TraceSession:
         self._scheduled = False  # a timer or drain will pick pending spans up
         self._writing = False  # a batch is being written (by the drain or by close); batches go one at a time
         self._closed = False
+        self._keeping = False  # closed with keep_pending: only `flush` / `finish_attempt` write what is left
         self._spans: list[Span] = []
         self._local_sequence = 0
         self._drain_task: Optional[asyncio.Future[None]] = None
@@ -197,7 +201,7 @@ class TraceSession:
         lock, so a span submitted meanwhile arms a new timer instead of being stranded.
         """
         with self._lock:
-            if self._writing or not self._pending:
+            if self._writing or not self._pending or (unschedule and self._keeping):
                 if unschedule:
                     self._scheduled = False
                 return None
@@ -252,12 +256,13 @@ class TraceSession:
 
     # ---- flush and read back (caller side) ----
 
-    async def close(self) -> None:
+    async def close(self, *, keep_pending: bool = False) -> None:
         """Flush every pending span to the store (or, without a store, convert them locally).
 
         The last batch is written from the caller's loop (the store is safe to call from there), which
         saves two hops to the delivery thread per trace; only a batch the drain is still writing is
-        waited for on the delivery loop, so batches reach the store in order.
+        waited for on the delivery loop, so batches reach the store in order. With `keep_pending` the
+        spans not yet written stay here (the drain stops taking them) for `finish_attempt` or `flush`.
         """
         self._closed = True
         if self._loop is None:
@@ -265,20 +270,66 @@ class TraceSession:
                 batch, self._pending = self._pending, []
             self._spans.extend(self._convert_locally(item) for item in batch)
             return
+        if keep_pending:
+            with self._lock:
+                self._keeping = True
         if self._loop_thread_id is not None and self._timer is not None:
             self._timer.cancel()  # on the caller's own loop: this flush writes what the timer would have
             self._timer = None
             with self._lock:
                 self._scheduled = False  # a span ending after the close arms a new timer
+        await self._write_pending(take=not keep_pending)
+
+    async def flush(self) -> None:
+        """Write the spans a `close(keep_pending=True)` kept, on their own (no status)."""
+        with self._lock:
+            self._keeping = False
+        if self._loop is not None:
+            await self._write_pending(take=True)
+
+    async def finish_attempt(self, status: AttemptStatus, extra: Sequence[Span] = ()) -> FinishedAttempt:
+        """Write the kept spans, then `extra`, and the attempt's final `status` in one `store.finish_attempt` call.
+
+        `extra` (spans of this attempt that are not part of the trace, e.g. the runner's exception span)
+        is stored after the trace's spans and not added to the trace. Raises what the store raises (e.g.
+        `StaleAttemptError`); the trace's spans are then kept as converted locally, as a failed write keeps them.
+        """
+        store = self.store
+        if store is None:
+            raise RuntimeError(f"trace of rollout {self.rollout_id!r} has no store to finish its attempt in")
+        with self._lock:
+            self._keeping = True  # the drain takes nothing more
+        if self._loop is not None:
+            await self._write_pending(take=False)  # a batch still in flight goes first, in order
+        with self._lock:
+            batch, self._pending = self._pending, []
+            self._keeping = False
+        spans = [Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, 0) for item in batch]
+        try:
+            with _suppressed():
+                finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, [*spans, *extra])
+        except BaseException:
+            self._spans.extend(self._convert_locally(item) for item in batch)
+            raise
+        traced = finished.spans[: len(spans)]
+        if len(finished.spans) == len(spans) + len(extra) and all(s.sequence_id > 0 for s in traced):
+            self._spans.extend(traced)
+        else:
+            self._spans.extend(self._convert_locally(item) for item in batch)
+        return finished
+
+    async def _write_pending(self, *, take: bool) -> None:
+        """Write pending batches until none is left (`take`), or only wait for the batch in flight."""
+        assert self._loop is not None
         while True:
-            taken = self._take_batch()
+            taken = self._take_batch() if take else None
             if taken is not None:
                 with _suppressed():
                     await self._write_taken(taken)
                 continue
             with self._lock:
                 if not self._writing:
-                    return  # nothing pending, nothing in flight
+                    return  # nothing pending (or not taking), nothing in flight
             if self._loop_thread_id is not None:
                 await self._drain_finished()
             else:

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -19,7 +19,15 @@ from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
 from agentlightning.semconv import LightningResourceAttributes
-from agentlightning.types import Attributes, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
+from agentlightning.types import (
+    AttemptStatus,
+    Attributes,
+    FinishedAttempt,
+    Span,
+    SpanCoreFields,
+    SpanRecordingContext,
+    TraceStatus,
+)
 from agentlightning.utils.otel import sanitize_attributes
 
 from ._delivery import (
@@ -238,8 +246,15 @@ class OtelTracer(Tracer):
         store: Optional[LightningStore] = None,
         rollout_id: Optional[str] = None,
         attempt_id: Optional[str] = None,
+        defer_last_batch: bool = False,
     ) -> AsyncIterator[trace_api.Tracer]:
-        """Capture spans of the block for one rollout attempt; yields the OpenTelemetry tracer."""
+        """Capture spans of the block for one rollout attempt; yields the OpenTelemetry tracer.
+
+        With `defer_last_batch`, leaving the block writes nothing: the spans not yet in the store wait for
+        `finish_last_trace(status)`, which sends them with the attempt's final status (one request to a
+        remote store instead of two), or `flush_last_trace()`, which sends them alone. One of the two must
+        follow, or those spans never reach the store.
+        """
         if store is not None:
             warnings.warn(
                 "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
@@ -280,12 +295,30 @@ class OtelTracer(Tracer):
             _reset_session_var(token)
             processor.close_session(session)
             try:
-                await session.close()
+                await session.close(keep_pending=defer_last_batch and rollout_id is not None)
             finally:
                 if previous_active is not None and previous_active is not self:
                     replace_active_tracer(previous_active)
                 elif not processor.open_sessions:
                     clear_active_tracer()
+
+    async def flush_last_trace(self) -> None:
+        """Write the spans a `trace_context(defer_last_batch=True)` left unwritten (no-op when none are left)."""
+        if self._last_session is not None:
+            await self._last_session.flush()
+
+    async def finish_last_trace(self, status: AttemptStatus, spans: Sequence[Span] = ()) -> FinishedAttempt:
+        """Write the last trace's deferred spans and its attempt's final `status` in one store call.
+
+        `spans` of the same attempt that are not part of the trace (the runner's exception span) go in the
+        same call, after the trace's. Raises what `LightningStore.finish_attempt` raises (e.g. `StaleAttemptError`).
+        """
+        session = self._last_session
+        if session is None or session.store is None:
+            raise RuntimeError(
+                "finish_last_trace() needs a finished trace_context(rollout_id=..., attempt_id=...) with a store"
+            )
+        return await session.finish_attempt(status, spans)
 
     def get_langchain_handler(self) -> Any:
         """A LangChain callback handler recording chains/tools as spans of this tracer (needs LangChain).

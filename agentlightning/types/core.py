@@ -43,6 +43,7 @@ __all__ = [
     "Rollout",
     "Attempt",
     "AttemptedRollout",
+    "FinishedAttempt",
     "EnqueueRolloutRequest",
     "Worker",
     "WorkerStatus",
@@ -146,6 +147,13 @@ class AttemptedRollout(Rollout):
                 f"not {self.rollout_id!r}"
             )
         return self
+
+
+class FinishedAttempt(BaseModel):
+    """What `LightningStore.finish_attempt` stored: the attempt in its final state and its last spans."""
+
+    attempt: Attempt
+    spans: list[Span]
 
 
 class EnqueueRolloutRequest(BaseModel):

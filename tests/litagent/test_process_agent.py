@@ -276,6 +276,29 @@ def test_process_agent_is_exported_at_the_top_level() -> None:
     assert agl.ProcessAgent is ProcessAgent
 
 
+async def test_close_during_the_spawn_still_kills_the_new_process_group(
+    tmp_path: Path, store: SqliteLightningStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() landing while a rollout's process is being started (not yet registered) must not miss it."""
+    pid_file = tmp_path / "grandchild.pid"
+    gateway = Gateway(store)
+    agent = ProcessAgent(spawner_command(pid_file), gateway=gateway, echo_stderr=False)
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_then_close(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        await agent.close()  # before rollout_async gets to register the process group
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn_then_close)
+    attempted = await store.start_rollout(input={})
+    try:
+        with pytest.raises(ProcessAgentError, match="status -9"):
+            await asyncio.wait_for(agent.rollout_async({}, {}, attempted), 30)
+    finally:
+        await gateway.stop()
+
+
 async def test_close_kills_running_process_groups(tmp_path: Path, store: SqliteLightningStore) -> None:
     pid_file = tmp_path / "grandchild.pid"
     gateway = Gateway(store)

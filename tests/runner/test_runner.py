@@ -573,6 +573,94 @@ async def test_returned_reward_travels_with_the_traced_spans_in_one_request(
     assert store.calls == Counter({"add_many_spans": 1})  # the server allocated the sequence ids itself
 
 
+def record_requests(client: LightningStoreClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The "METHOD /path" of every request `client` sends from now on (ids replaced by `*`)."""
+    sent: list[str] = []
+    send = client._request
+
+    async def recording(method: str, path: str, *args: Any, **kwargs: Any) -> Optional[bytes]:
+        parts = ["*" if part.startswith(("ro-", "at-")) else part for part in path.split("/")]
+        sent.append(f"{method} {'/'.join(parts)}")
+        return await send(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(client, "_request", recording)
+    return sent
+
+
+async def test_a_rollout_costs_a_dequeue_and_one_request_with_its_spans_and_status(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, store = served
+    rollout = await store.enqueue_rollout("t")
+    sent = record_requests(client, monkeypatch)
+    with limited_runner(tracer, 1).run_context(agent=ReturnAgent(0.5), store=client) as runner:
+        await runner.iter()
+    assert sent == ["POST /queues/rollouts/dequeue", "POST /rollouts/*/attempts/*/finish"]
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("agentlightning.message", 1), ("agentlightning.annotation", 2)]
+    assert get_reward_value(spans[1]) == 0.5
+    final = await store.get_rollout_by_id(rollout.rollout_id)
+    assert final is not None and final.status == "succeeded"
+    assert [(s.name, s.sequence_id) for s in tracer.get_last_trace()] == [
+        ("agentlightning.message", 1),
+        ("agentlightning.annotation", 2),
+    ]  # the ids the store gave, not provisional ones
+
+
+async def test_a_failing_agent_over_http_keeps_its_spans_in_order_and_fails(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, store = served
+    rollout = await store.enqueue_rollout("t")
+    sent = record_requests(client, monkeypatch)
+    with limited_runner(tracer, 1).run_context(agent=FailingAgent(), store=client) as runner:
+        await runner.iter()
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [s.name for s in spans] == ["agentlightning.message", "agentlightning.exception"]
+    assert [s.sequence_id for s in spans] == [1, 2]
+    final = await store.get_rollout_by_id(rollout.rollout_id)
+    assert final is not None and final.status == "failed"
+    # The trace, then the exception span, with the final status: one request after the dequeue.
+    assert sent == ["POST /queues/rollouts/dequeue", "POST /rollouts/*/attempts/*/finish"]
+    assert [s.name for s in tracer.get_last_trace()] == ["agentlightning.message"]  # the runner's span is apart
+
+
+async def test_a_bad_result_over_http_fails_with_its_exception_span_after_the_trace(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, store = served
+    rollout = await store.enqueue_rollout("t")
+    sent = record_requests(client, monkeypatch)
+    with limited_runner(tracer, 1).run_context(agent=ReturnAgent({"not": "a result"}), store=client) as runner:
+        await runner.iter()
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("agentlightning.message", 1), ("agentlightning.exception", 2)]
+    assert "RolloutRawResult" in str(spans[1].attributes["exception.message"])
+    final = await store.get_rollout_by_id(rollout.rollout_id)
+    assert final is not None and final.status == "failed"
+    assert sent == ["POST /queues/rollouts/dequeue", "POST /rollouts/*/attempts/*/finish"]
+
+
+async def test_an_on_rollout_end_hook_sees_the_spans_stored_before_the_status(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, store = served
+    rollout = await store.enqueue_rollout("t")
+    recorder = Recorder([], client)
+    sent = record_requests(client, monkeypatch)
+    runner = limited_runner(tracer, 1)
+    with runner.run_context(agent=ReturnAgent(0.5), store=client, hooks=[recorder]):
+        await runner.iter()
+    assert recorder.status_at_rollout_end == "running"  # spans arrived; the status is not final yet
+    assert [(s.name, s.sequence_id) for s in recorder.rollout_end_spans] == [
+        ("agentlightning.message", 1),
+        ("agentlightning.annotation", 2),
+    ]
+    assert "POST /spans/many" in sent and sent[-1] == "POST /rollouts/*/attempts/*"
+    final = await store.get_rollout_by_id(rollout.rollout_id)
+    assert final is not None and final.status == "succeeded"
+
+
 async def test_in_process_store_takes_the_reward_directly(tracer: OtelTracer) -> None:
     store = WriteCountingStore()
     with LitAgentRunner(tracer, heartbeat_interval=0).run_context(agent=ReturnAgent(0.5), store=store) as runner:

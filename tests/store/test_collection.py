@@ -71,6 +71,32 @@ async def test_collection_keys_and_indexes() -> None:
     assert await workers.size() == 2
 
 
+async def test_exact_index_lookups_answer_like_a_scan() -> None:
+    """`{"_must": {field: {"exact": v}}}` on an indexed field is answered from the index: same items, order, count."""
+    indexed: InMemoryCollection[Worker] = InMemoryCollection(lambda w: w.worker_id, indexes=("status",))
+    scanned: InMemoryCollection[Worker] = InMemoryCollection(lambda w: w.worker_id)
+    for worker_id, status in [("a", "idle"), ("b", "busy"), ("c", "idle"), ("d", "unknown"), ("e", "idle")]:
+        for collection in (indexed, scanned):
+            await collection.insert(Worker(worker_id=worker_id, status=status))  # type: ignore[arg-type]
+    # Moves between buckets, a replacement keeping its bucket, and a deletion.
+    for collection in (indexed, scanned):
+        await collection.update(Worker(worker_id="a", status="busy"))
+        await collection.update(Worker(worker_id="c", status="idle", last_heartbeat_time=5.0))
+        await collection.upsert(Worker(worker_id="a", status="idle"))
+        await collection.delete("e")
+    for status in ("idle", "busy", "unknown", "missing"):
+        only = {"_must": {"status": {"exact": status}}}
+        expected = [w.worker_id for w in await scanned.query(only)]
+        assert [w.worker_id for w in await indexed.query(only)] == expected
+        assert await indexed.count(only) == await indexed.count_where("status", status) == len(expected)
+        assert await scanned.count_where("status", status) == len(expected)  # no index: falls back to a scan
+    assert [w.worker_id for w in await indexed.query({"_must": {"status": {"exact": "idle"}}})] == ["a", "c"]
+    assert indexed.keys_where("status", "busy") == ["b"]
+    assert (await indexed.query({"_must": {"status": {"exact": "idle"}}}, sort_by="last_heartbeat_time")).items[
+        -1
+    ].worker_id == "c"
+
+
 async def test_query_filters_sorting_and_paging() -> None:
     workers: InMemoryCollection[Worker] = InMemoryCollection(lambda w: w.worker_id)
     for worker_id, status, t in [("w1", "idle", 3.0), ("w2", "busy", None), ("x3", "idle", 1.0), ("x4", "busy", 3.0)]:

@@ -7,7 +7,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store import LightningStore
+from agentlightning.store.transitions import StaleAttemptError
 from agentlightning.types import RolloutConfig
 
 from .backends import Backend, FakeClock
@@ -259,3 +261,56 @@ async def test_re_adding_a_span_keeps_the_first(store: LightningStore) -> None:
     spans = await store.query_spans(started.rollout_id)
     assert [s.name for s in spans] == ["first", "step"]
     assert (await stats_of(store))["total_spans"] == 2
+
+
+# ---- finish_attempt: the last spans and the final status in one call ----
+
+
+async def test_finish_attempt_stores_the_spans_then_the_status(store: LightningStore) -> None:
+    await store.enqueue_rollout(input=1)
+    claimed = await store.dequeue_rollout()
+    assert claimed is not None
+    await store.add_span(span_of(claimed, 1, name="first"))
+    finished = await store.finish_attempt(
+        claimed.rollout_id,
+        claimed.attempt.attempt_id,
+        "succeeded",
+        [span_of(claimed, 0, name="last-a"), span_of(claimed, 0, name="last-b")],
+    )
+    assert finished.attempt.status == "succeeded" and finished.attempt.end_time is not None
+    assert [(s.name, s.sequence_id) for s in finished.spans] == [("last-a", 2), ("last-b", 3)]
+    stored = await store.query_spans(claimed.rollout_id)
+    assert [s.name for s in stored] == ["first", "last-a", "last-b"]
+    rollout = await store.get_rollout_by_id(claimed.rollout_id)
+    assert rollout is not None and rollout.status == "succeeded"
+
+
+async def test_finish_attempt_without_spans_only_sets_the_status(store: LightningStore) -> None:
+    started = await store.start_rollout(input=1)
+    finished = await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "failed")
+    assert finished.spans == [] and finished.attempt.status == "failed"
+    assert (await store.query_spans(started.rollout_id)).total == 0
+
+
+async def test_finish_attempt_refuses_a_span_of_another_attempt_and_changes_nothing(
+    store: LightningStore, backend: Backend
+) -> None:
+    started = await store.start_rollout(input=1)
+    other = await store.start_rollout(input=2)
+    with pytest.raises(backend.errors, match=other.attempt.attempt_id):
+        await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(other, 0)])
+    assert (await store.query_spans(other.rollout_id)).total == 0
+    attempt = await store.get_latest_attempt(started.rollout_id)
+    assert attempt is not None and attempt.status == "preparing"
+
+
+async def test_finish_attempt_keeps_the_spans_of_a_superseded_attempt_and_refuses_its_status(
+    store: LightningStore,
+) -> None:
+    started = await store.start_rollout(input=1)
+    await store.start_attempt(started.rollout_id)
+    with pytest.raises(StaleAttemptError, match="newer attempt"):
+        await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(started, 0)])
+    (late,) = (await store.query_spans(started.rollout_id)).items
+    assert late.attributes.get(AGL_STALE_ATTEMPT) is True
+    assert [a.status for a in await store.query_attempts(started.rollout_id)] == ["preparing", "preparing"]

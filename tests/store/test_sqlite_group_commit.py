@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,62 @@ async def test_a_failing_call_is_rolled_back_alone(tmp_path: Path) -> None:
 def test_group_commit_limit_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="group_commit_limit"):
         SqliteEngine(str(tmp_path / "x.db"), group_commit_limit=0)
+
+
+async def test_a_lone_failing_call_is_rolled_back_and_not_counted_as_a_commit(tmp_path: Path) -> None:
+    engine = SqliteEngine(str(tmp_path / "engine.db"))
+
+    async def refused(tx: SqlTransaction) -> None:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("lone", "v"))
+        raise ValueError("lone call refused after writing")
+
+    async def accepted(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("after", "v"))
+        return "after"
+
+    with pytest.raises(ValueError, match="lone call refused"):
+        await engine.run(refused, write=True)
+    assert await engine.run(accepted, write=True) == "after"
+    assert (engine.write_calls, engine.write_transactions) == (2, 1)
+
+    async def read(tx: SqlTransaction) -> set[str]:
+        return {row[0] for row in await tx.fetchall("SELECT key FROM {meta} WHERE key IN ('lone', 'after')")}
+
+    assert await engine.run(read, write=False) == {"after"}
+    await engine.close()
+
+
+async def test_a_write_cancelled_while_queued_is_skipped_and_one_cancelled_while_running_commits(
+    tmp_path: Path,
+) -> None:
+    engine = SqliteEngine(str(tmp_path / "engine.db"))
+    running, release = threading.Event(), threading.Event()
+
+    async def slow(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("slow", "v"))
+        running.set()
+        release.wait(10)  # on the SQLite thread: holds the transaction open
+        return "slow"
+
+    async def queued(tx: SqlTransaction) -> str:
+        await tx.execute("INSERT INTO {meta} (key, value) VALUES (?, ?)", ("queued", "v"))
+        return "queued"
+
+    first = asyncio.ensure_future(engine.run(slow, write=True))
+    assert await asyncio.to_thread(running.wait, 10)
+    second = asyncio.ensure_future(engine.run(queued, write=True))
+    await asyncio.sleep(0)  # `second` is queued behind the running transaction
+    first.cancel()
+    second.cancel()
+    release.set()
+    for task in (first, second):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def keys(tx: SqlTransaction) -> set[str]:
+        return {row[0] for row in await tx.fetchall("SELECT key FROM {meta} WHERE key IN ('slow', 'queued')")}
+
+    assert await engine.run(queued, write=True) == "queued"  # the engine keeps answering
+    assert await engine.run(keys, write=False) == {"slow", "queued"}
+    assert engine.write_calls == 2  # the cancelled queued call never ran
+    await engine.close()

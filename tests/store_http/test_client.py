@@ -26,7 +26,7 @@ from agentlightning.store_http.errors import (
     LightningStoreUnavailableError,
 )
 from agentlightning.store_http.retry import RetryBackoff
-from agentlightning.types import EnqueueRolloutRequest, PromptTemplate, Rollout
+from agentlightning.types import EnqueueRolloutRequest, PromptTemplate, Rollout, Span
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 
 FAST: dict[str, Any] = {"retry_delays": (0.01, 0.01), "health_retry_delays": (0.01, 0.01)}
@@ -542,3 +542,82 @@ async def test_the_dequeue_hint_belongs_to_the_task_that_dequeued(
     latest = await elsewhere
     assert latest is not None and latest.resources_id == added.resources_id
     assert sent[-1] == "GET resources"
+
+
+# ---- finish_attempt: the last spans and the final status in one request ----
+
+
+class AttemptedRolloutStub:
+    """Just the ids `span_for` reads, for a server whose rollouts are scripted."""
+
+    def __init__(self, rollout_id: str, attempt_id: str) -> None:
+        self.rollout_id = rollout_id
+        self.attempt = type("AttemptIds", (), {"attempt_id": attempt_id})()
+
+
+def span_for(claimed: Any, name: str, size: int = 10) -> Span:
+    return Span.from_attributes(
+        rollout_id=claimed.rollout_id,
+        attempt_id=claimed.attempt.attempt_id,
+        sequence_id=0,
+        name=name,
+        attributes={"payload": "x" * size},
+    )
+
+
+async def test_a_rollout_costs_three_requests_with_finish_attempt(
+    recorded: tuple[LightningStoreClient, list[str]], gated: GatedStore
+) -> None:
+    client, sent = recorded
+    await client.enqueue_rollout(input=1)
+    claimed = await client.dequeue_rollout(worker_id="w")
+    assert claimed is not None
+    spans = [span_for(claimed, f"s{i}") for i in range(5)]
+    finished = await client.finish_attempt(claimed.rollout_id, claimed.attempt.attempt_id, "succeeded", spans)
+    assert sent == ["POST queues", "POST queues", "POST rollouts"]
+    assert [s.sequence_id for s in finished.spans] == [1, 2, 3, 4, 5]
+    assert finished.attempt.status == "succeeded"
+    assert [s.name for s in await gated.query_spans(claimed.rollout_id)] == [f"s{i}" for i in range(5)]
+
+
+async def test_finish_attempt_over_the_body_limit_sends_the_first_spans_ahead(gated: GatedStore) -> None:
+    server = LightningStoreServer(gated, port=0)
+    await server.start()
+    client = LightningStoreClient(server.endpoint, max_body_size=3000)
+    try:
+        claimed = await client.start_rollout(input=1)
+        spans = [span_for(claimed, f"s{i}", size=1200) for i in range(4)]
+        finished = await client.finish_attempt(claimed.rollout_id, claimed.attempt.attempt_id, "failed", spans)
+        assert [(s.name, s.sequence_id) for s in finished.spans] == [(f"s{i}", i + 1) for i in range(4)]
+        assert finished.attempt.status == "failed"
+        assert (await gated.query_spans(claimed.rollout_id)).total == 4
+    finally:
+        await client.close()
+        await server.stop()
+
+
+async def test_finish_attempt_against_a_server_without_the_route_sends_spans_and_status_apart(
+    scripted: ScriptedServer, client_of: LightningStoreClient
+) -> None:
+    path = "rollouts/ro-1/attempts/at-1"
+    stored = span_for(AttemptedRolloutStub("ro-1", "at-1"), "s").model_copy(update={"sequence_id": 7})
+    attempt = {"rollout_id": "ro-1", "attempt_id": "at-1", "sequence_id": 1, "start_time": 1.0, "status": "failed"}
+    scripted.script(path + "/finish", (404, {"detail": "Not Found"}))  # what a v0.3 server answers
+    scripted.script("spans/many", (201, [stored.model_dump(mode="json")]))
+    scripted.script(path, (200, attempt))
+    for _ in range(2):
+        finished = await client_of.finish_attempt("ro-1", "at-1", "failed", [stored])
+        assert finished.attempt.status == "failed" and [s.sequence_id for s in finished.spans] == [7]
+    # The missing route is asked once; then the client remembers the server predates it.
+    assert (scripted.calls[path + "/finish"], scripted.calls["spans/many"], scripted.calls[path]) == (1, 2, 2)
+
+
+async def test_finish_attempt_reports_a_missing_attempt_as_update_attempt_does(served: LightningStoreClient) -> None:
+    started = await served.start_rollout(input=1)
+    for rollout_id in (started.rollout_id, "ro-missing"):
+        with pytest.raises((ValueError, KeyError)) as expected:
+            await served.update_attempt(rollout_id, "at-missing", status="succeeded")
+        with pytest.raises(type(expected.value), match="at-missing|ro-missing") as raised:
+            await served.finish_attempt(rollout_id, "at-missing", "succeeded")
+        assert (raised.value.status, raised.value.error_type) == (404, expected.value.error_type)  # type: ignore[union-attr]
+    assert served._server_finishes  # an unknown attempt is not taken for a server without the route

@@ -209,23 +209,34 @@ async def test_anthropic_async_create_streamed(
     _assert_triplets(every_span, server)
 
 
-async def test_a_tracer_without_client_instrumentation_records_no_client_calls(server: OpenAITestServer) -> None:
-    """The client patches are process-wide; `instrument_openai=False` must hold after another tracer set them."""
+@pytest.mark.parametrize("installer", TRACERS)
+async def test_a_tracer_without_client_instrumentation_records_no_client_calls(
+    installer: str, server: OpenAITestServer
+) -> None:
+    """The client patches are process-wide; `instrument_openai=False` must hold after another tracer set them.
+
+    Nothing below our wrapper records either: neither AgentOps' instrumentation nor the Anthropic SDK's own spans.
+    """
     anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")
     import openai
 
     store = InMemoryLightningStore()
-    instrumenting = OtelTracer()
+    instrumenting: Tracer
+    if installer == "agentops":
+        if importlib.util.find_spec("agentops") is None:
+            pytest.skip("needs the agentops extra: pip install agentlightning[agentops]")
+        from agentlightning.tracer.agentops import AgentOpsTracer
+
+        instrumenting = AgentOpsTracer()
+    else:
+        instrumenting = OtelTracer()
     instrumenting.init_worker(0, store)  # installs the OpenAI/Anthropic patches
     quiet = OtelTracer(instrument_openai=False)
     quiet.init_worker(1, store)
-    base = server.base_url.removesuffix("/v1")
-    # The SDK's own spans (a third-party instrumentation any OtelTracer records) are off for this client.
-    messages = anthropic.AsyncAnthropic(base_url=base, api_key="k", max_retries=0, open_telemetry=False)
+    messages = anthropic.AsyncAnthropic(base_url=server.base_url.removesuffix("/v1"), api_key="k", max_retries=0)
     chat = openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)
     try:
         spans: dict[str, list[str]] = {}
-        triplets: dict[str, int] = {}
         for label, tracer in (("quiet", quiet), ("instrumenting", instrumenting)):
             attempted = await store.start_rollout(input=label)
             async with tracer.trace_context(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id):
@@ -240,9 +251,7 @@ async def test_a_tracer_without_client_instrumentation_records_no_client_calls(s
                     await managed.get_final_message()
                 await chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "d"}])
                 tracer.create_span("agent.step")
-            recorded = await _spans(store, attempted.rollout_id)
-            spans[label] = [span.name for span in recorded]
-            triplets[label] = len(TracerTraceToTriplet().adapt(recorded))
+            spans[label] = [span.name for span in await _spans(store, attempted.rollout_id)]
     finally:
         await messages.close()
         await chat.close()
@@ -250,10 +259,8 @@ async def test_a_tracer_without_client_instrumentation_records_no_client_calls(s
         instrumenting.teardown_worker(0)
         clear_active_tracer()
     assert spans["quiet"] == ["agent.step"], "only the agent's own span: no client call recorded"
-    assert sorted(spans["instrumenting"]) == sorted(
-        ["anthropic.messages"] * 3 + ["openai.chat.completion", "agent.step"]
-    )
-    assert triplets == {"quiet": 0, "instrumenting": 4}
+    assert {"anthropic.messages", "openai.chat.completion", "agent.step"} <= set(spans["instrumenting"])
+    assert spans["instrumenting"].count("anthropic.messages") == 3
 
 
 # ---- LiteLLM ----

@@ -12,7 +12,9 @@ import pytest
 from opentelemetry import trace as trace_api
 
 from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.store.transitions import StaleAttemptError
 from agentlightning.tracer import DummyTracer, OtelTracer, get_active_tracer
+from agentlightning.tracer._delivery import SPAN_BATCH_DELAY_SECONDS
 from agentlightning.tracer.otel import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
 from agentlightning.types import Span, TraceStatus
 
@@ -127,6 +129,61 @@ async def test_closing_while_a_batch_is_in_flight_keeps_the_order(thread_safe: b
     assert [(s.name, s.sequence_id) for s in stored] == [("first", 1), ("second", 2)]
     assert store.batches == [["first"], ["second"]]
     assert [(s.name, s.sequence_id) for s in tracer.get_last_trace()] == [("first", 1), ("second", 2)]
+
+
+@pytest.mark.parametrize("thread_safe", [False, True], ids=["caller-loop", "delivery-thread"])
+async def test_a_deferred_last_batch_travels_with_the_final_status(thread_safe: bool) -> None:
+    store = SlowFirstWriteStore(thread_safe)
+    tracer = OtelTracer(instrument_openai=False)
+    with tracer.lifespan(store):
+        rollout_id, attempt_id = await _rollout(store)
+        async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id, defer_last_batch=True):
+            tracer.create_span("first")
+            assert await asyncio.to_thread(store.first_write_started.wait, 30)  # the batch timer fired
+            tracer.create_span("second")
+            store.release_first_write.set()
+        # Leaving the context waited for the batch in flight and kept the rest, even past the batch timer.
+        await asyncio.sleep(SPAN_BATCH_DELAY_SECONDS * 4)
+        assert [s.name for s in await store.query_spans(rollout_id)] == ["first"]
+        assert [s.name for s in tracer.get_last_trace()] == ["first", "second"]
+        attempt = await store.get_latest_attempt(rollout_id)
+        assert attempt is not None and attempt.status == "running"
+
+        finished = await tracer.finish_last_trace("succeeded")
+        stored = await store.query_spans(rollout_id)
+    assert finished.attempt.status == "succeeded" and [s.name for s in finished.spans] == ["second"]
+    assert [(s.name, s.sequence_id) for s in stored] == [("first", 1), ("second", 2)]
+    assert store.batches == [["first"], ["second"]]
+    assert [(s.name, s.sequence_id) for s in tracer.get_last_trace()] == [("first", 1), ("second", 2)]
+
+
+async def test_flush_last_trace_writes_a_deferred_batch_without_a_status(
+    tracer: OtelTracer, store: InMemoryLightningStore
+) -> None:
+    rollout_id, attempt_id = await _rollout(store)
+    async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id, defer_last_batch=True):
+        tracer.create_span("only")
+    await tracer.flush_last_trace()
+    assert [(s.name, s.sequence_id) for s in await store.query_spans(rollout_id)] == [("only", 1)]
+    attempt = await store.get_latest_attempt(rollout_id)
+    assert attempt is not None and attempt.status == "running"  # the first span's heartbeat, no final status
+    finished = await tracer.finish_last_trace("failed")  # nothing left: the status alone
+    assert finished.spans == [] and finished.attempt.status == "failed"
+
+
+async def test_a_refused_final_status_keeps_the_deferred_spans_locally(
+    tracer: OtelTracer, store: InMemoryLightningStore
+) -> None:
+    started = await store.start_rollout(input=1)
+    await store.start_attempt(started.rollout_id)  # supersedes the attempt being traced
+    async with tracer.trace_context(
+        rollout_id=started.rollout_id, attempt_id=started.attempt.attempt_id, defer_last_batch=True
+    ):
+        tracer.create_span("late")
+    with pytest.raises(StaleAttemptError):
+        await tracer.finish_last_trace("succeeded")
+    assert [s.name for s in tracer.get_last_trace()] == ["late"]
+    assert [s.name for s in await store.query_spans(started.rollout_id)] == ["late"]  # stored, marked stale
 
 
 async def test_blocking_sync_code_inside_the_context_is_delivered(

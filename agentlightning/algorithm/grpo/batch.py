@@ -23,7 +23,14 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, Hashable, List, Literal, Optional, Sequence
 
-from ...adapter.trajectory import BREAK_CAUSES, TurnTokens, merge_turns, observation_keys, triplet_tokens
+from ...adapter.trajectory import (
+    BREAK_CAUSES,
+    TrajectoryRow,
+    TurnTokens,
+    merge_turns,
+    observation_keys,
+    triplet_tokens,
+)
 from ...types.core import Triplet
 from .advantages import group_advantages, step_advantages, turn_returns
 
@@ -73,6 +80,8 @@ class Sample:
     """Weights version of the policy that sampled the row (the oldest of its calls), when recorded."""
     is_weights: Optional[List[float]] = None
     """Per-token truncated importance weights over `response_ids` (async training); None: all 1."""
+    role: Optional[str] = None
+    """The agent role (LoRA adapter) this row trains, with `GRPOConfig.roles`; None: the one policy."""
 
     @property
     def trained_tokens(self) -> int:
@@ -97,6 +106,7 @@ _COUNTERS = (
     "rows",
     "rows_dropped_prompt_too_long",
     "rows_truncated",
+    "triplets_without_role",
     *(f"breaks_{cause}" for cause in BREAK_CAUSES),
 )
 
@@ -115,6 +125,7 @@ def samples_from_rollouts(
     max_response_length: Optional[int] = None,
     decode: Optional[Callable[[List[int]], str]] = None,
     stats: Optional[Dict[str, int]] = None,
+    role_of: Optional[Callable[[Triplet], Optional[str]]] = None,
 ) -> List[Sample]:
     """Training rows with group-normalised advantages (see the module docstring).
 
@@ -125,9 +136,14 @@ def samples_from_rollouts(
     Limits: a row whose (first) prompt is longer than `max_prompt_length` is dropped; a row's tokens past
     `max_response_length` are cut. `decode` (the tokenizer's) sharpens the cause of continuity breaks.
 
+    `role_of` (one LoRA per agent role, see `roles.py`) tags each call with its role: only calls of the
+    same role merge into a row, rows carry `Sample.role`, and calls without a role are left out (their
+    rewards still count in the rollout's return, so advantages stay per rollout group).
+
     `stats` (if given) receives the counts: `triplets`, `skipped_triplets` (no token ids),
     `rollouts_without_samples`, `rows`, `rows_dropped_prompt_too_long`, `rows_truncated` and
-    `breaks_<cause>` for each continuity break cause (trajectory aggregation only).
+    `breaks_<cause>` for each continuity break cause (trajectory aggregation only), and
+    `triplets_without_role` (with `role_of`).
     """
     if aggregation not in ("trajectory", "transition"):
         raise ValueError(f"aggregation must be 'trajectory' or 'transition', got {aggregation!r}")
@@ -147,16 +163,24 @@ def samples_from_rollouts(
     advantages = group_advantages(all_returns, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps)
     all_turns: List[List[TurnTokens]] = []
     all_versions: List[List[Optional[int]]] = []
+    all_roles: List[Dict[int, Optional[str]]] = []
     for rollout in rollouts:
         turns: List[TurnTokens] = []
+        turn_roles: Dict[int, Optional[str]] = {}
         for index, triplet in enumerate(rollout.triplets):
             counters["triplets"] += 1
             tokens = triplet_tokens(triplet)
             if tokens is None:
                 counters["skipped_triplets"] += 1
                 continue
+            role = role_of(triplet) if role_of is not None else None
+            if role_of is not None and role is None:
+                counters["triplets_without_role"] += 1
+                continue
+            turn_roles[index] = role
             turns.append(TurnTokens(*tokens, index=index))
         all_turns.append(turns)
+        all_roles.append(turn_roles)
         all_versions.append([policy_version_of(t) for t in rollout.triplets])
     # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
     call_advantages: List[List[float]] = [
@@ -177,13 +201,16 @@ def samples_from_rollouts(
             for row, step_row in zip(call_advantages, steps, strict=True)
         ]
     samples: List[Sample] = []
-    for rollout, returns, rollout_advantages, turns, versions in zip(
-        rollouts, all_returns, call_advantages, all_turns, all_versions, strict=True
+    for rollout, returns, rollout_advantages, turns, versions, turn_roles in zip(
+        rollouts, all_returns, call_advantages, all_turns, all_versions, all_roles, strict=True
     ):
         if aggregation == "trajectory":
-            rows, breaks = merge_turns(turns, decode=decode)
-            for item in breaks:
-                counters[f"breaks_{item.cause}"] += 1
+            rows: List[TrajectoryRow] = []
+            for role_turns in _split_by_role(turns, turn_roles):  # one role's calls never merge with another's
+                role_rows, breaks = merge_turns(role_turns, decode=decode)
+                rows.extend(role_rows)
+                for item in breaks:
+                    counters[f"breaks_{item.cause}"] += 1
         else:
             rows = [row for turn in turns for row in merge_turns([turn])[0]]
         produced = 0
@@ -211,6 +238,7 @@ def samples_from_rollouts(
                 group_id=rollout.group_id,
                 loss_mask=row.loss_mask if 0 in row.loss_mask else None,
                 turns=len(row.turns),
+                role=turn_roles.get(first),
                 policy_version=min((v for v in (versions[t] for t in row.turns) if v is not None), default=None),
             )
             if max_response_length is not None and len(sample.response_ids) > max_response_length:
@@ -229,6 +257,14 @@ def samples_from_rollouts(
             counters["triplets"],
         )
     return samples
+
+
+def _split_by_role(turns: List[TurnTokens], roles: Dict[int, Optional[str]]) -> List[List[TurnTokens]]:
+    """The turns of each role (in order), one list per role; a single list when no role is set."""
+    by_role: Dict[Optional[str], List[TurnTokens]] = {}
+    for turn in turns:
+        by_role.setdefault(roles.get(turn.index), []).append(turn)
+    return list(by_role.values()) if by_role else [[]]
 
 
 _VERSION_RE = re.compile(r"weights-v(\d+)")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
+
+from .roles import normalize_roles
 
 __all__ = ["GRPOConfig"]
 
@@ -93,6 +95,11 @@ class GRPOConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     lora_target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    roles: Union[Dict[str, str], List[str]] = field(default_factory=lambda: {})
+    """One LoRA adapter per agent role, on the same frozen base: `{role: agent_match regex}` (a list of names:
+    each matches itself exactly). A role's calls train only its adapter (own optimizer state); the policy
+    server serves it as `<model>:<role>`, published as the resource `<role>_llm`. Needs `lora_rank > 0`;
+    see `algorithm/grpo/roles.py`. Empty: one policy."""
 
     # Bookkeeping
     seed: int = 0
@@ -125,6 +132,11 @@ class GRPOConfig:
             "max_prompt_length": self.max_prompt_length >= 1,
             "max_response_length": self.max_response_length >= 1,
         }
+        self.roles = normalize_roles(self.roles)
+        if self.roles and self.lora_rank == 0:
+            raise ValueError(
+                f"roles={sorted(self.roles)} train one LoRA adapter per role; set lora_rank > 0 (e.g. lora_rank=8)"
+            )
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
@@ -143,6 +155,11 @@ class GRPOConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+
+    @property
+    def role_patterns(self) -> Dict[str, str]:
+        """`roles` as `{role: agent-name regex}` (a list of names is normalised to exact matches)."""
+        return normalize_roles(self.roles)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

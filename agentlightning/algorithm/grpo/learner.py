@@ -29,6 +29,15 @@ __all__ = ["GRPOLearner"]
 logger = logging.getLogger(__name__)
 
 _CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+_SUMMED_METRICS = {
+    "optimizer_steps",
+    "samples",
+    "response_tokens",
+    "row_tokens",
+    "old_logprobs_recomputed",
+    "train_time_s",
+}
+_ROLE_METRICS = ("loss", "pg_loss", "kl", "grad_norm", "samples", "advantage_abs_mean", "response_tokens")
 _WEIGHTS_FILE = "weights.pt"
 _STATE_FILE = "trainer_state.pt"
 
@@ -39,6 +48,9 @@ class GRPOLearner:
     With `config.lora_rank > 0` the model is wrapped by peft (in place: a server holding the same model
     serves the adapted policy) and the reference policy is the same model with adapters disabled;
     otherwise, with `kl_coef > 0`, a frozen copy of the initial model is the reference.
+
+    With `config.roles` the peft model holds one adapter per role, each with its own optimizer; a step
+    updates each role's adapter from that role's samples only (`Sample.role`).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, config: GRPOConfig) -> None:
@@ -56,15 +68,29 @@ class GRPOLearner:
         self.reference: Optional[torch.nn.Module] = None
         if config.kl_coef > 0 and config.lora_rank == 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        self.trainable_parameters = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.trainable_parameters,
-            lr=config.learning_rate,
-            betas=config.adam_betas,
-            weight_decay=config.weight_decay,
-        )
+        self.roles: List[str] = list(config.roles)
+        self.role_parameters: Dict[str, List[torch.nn.Parameter]] = {}
+        self.role_optimizers: Dict[str, torch.optim.Optimizer] = {}
+        """With roles: each adapter's parameters and optimizer (`optimizer` is then the first role's)."""
+        if self.roles:
+            from ...serving.adapters import adapter_parameters
+
+            for role in self.roles:
+                self.role_parameters[role] = adapter_parameters(self.policy, role)
+                self.role_optimizers[role] = self._optimizer(self.role_parameters[role])
+            self.trainable_parameters = [p for role in self.roles for p in self.role_parameters[role]]
+            self.optimizer = self.role_optimizers[self.roles[0]]
+        else:
+            self.trainable_parameters = [p for p in self.policy.parameters() if p.requires_grad]
+            self.optimizer = self._optimizer(self.trainable_parameters)
         self.global_step = 0
         self.policy.eval()
+
+    def _optimizer(self, parameters: List[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        import torch
+
+        cfg = self.config
+        return torch.optim.AdamW(parameters, lr=cfg.learning_rate, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
 
     def _wrap_lora(self, model: torch.nn.Module) -> torch.nn.Module:
         try:
@@ -78,7 +104,13 @@ class GRPOLearner:
             target_modules=list(self.config.lora_target_modules),
             task_type="CAUSAL_LM",
         )
-        return get_peft_model(model, lora)  # type: ignore[arg-type]
+        if not self.config.roles:
+            return get_peft_model(model, lora)  # type: ignore[arg-type]
+        first, *others = list(self.config.roles)
+        wrapped: Any = get_peft_model(model, lora, adapter_name=first)  # type: ignore[arg-type]
+        for role in others:
+            wrapped.add_adapter(role, copy.deepcopy(lora))
+        return wrapped
 
     @property
     def uses_lora(self) -> bool:
@@ -117,15 +149,53 @@ class GRPOLearner:
     def step(self, samples: Sequence[Sample], *, off_policy: bool = False) -> Dict[str, float]:
         """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics.
 
+        With roles, each role's samples update only that role's adapter, with its own optimizer; the
+        metrics are then summed (counts) or averaged over roles, and also reported as `role_<name>_<key>`.
+
         `off_policy` (async training): the samples may come from older weights. The current weights score
         them first (pi_prox, the ratio's denominator), and each token's loss is scaled by the truncated
         importance weight min(pi_prox / pi_behaviour, `is_ratio_cap`), pi_behaviour being the logprobs
         recorded at sampling time.
         """
-        import torch
-
         if not samples:
             raise ValueError("GRPO step got no samples; check that rollouts produced triplets with token ids")
+        if self.roles:
+            metrics = self._step_roles(samples, off_policy)
+        else:
+            metrics = self._update(samples, off_policy, self.optimizer, self.trainable_parameters)
+        self.global_step += 1
+        return metrics
+
+    def _step_roles(self, samples: Sequence[Sample], off_policy: bool) -> Dict[str, float]:
+        from ...serving.adapters import active_adapter
+
+        unknown = sorted({str(s.role) for s in samples if s.role not in self.role_optimizers})
+        if unknown:
+            raise ValueError(f"samples of roles {unknown} have no adapter; this learner trains roles {self.roles}")
+        per_role: Dict[str, Dict[str, float]] = {}
+        for role in self.roles:
+            mine = [s for s in samples if s.role == role]
+            if not mine:
+                continue
+            with active_adapter(self.policy, role):
+                per_role[role] = self._update(mine, off_policy, self.role_optimizers[role], self.role_parameters[role])
+        combined: Dict[str, float] = {}
+        for key in next(iter(per_role.values())):
+            values = [m[key] for m in per_role.values() if key in m]
+            combined[key] = sum(values) if key in _SUMMED_METRICS else sum(values) / len(values)
+        for role, metrics in per_role.items():
+            combined.update({f"role_{role}_{key}": metrics[key] for key in _ROLE_METRICS if key in metrics})
+        return combined
+
+    def _update(
+        self,
+        samples: Sequence[Sample],
+        off_policy: bool,
+        optimizer: torch.optim.Optimizer,
+        parameters: List[torch.nn.Parameter],
+    ) -> Dict[str, float]:
+        import torch
+
         cfg = self.config
         started = time.perf_counter()
         prepared = [truncate_sample(s, cfg.max_prompt_length, cfg.max_response_length) for s in samples]
@@ -172,7 +242,7 @@ class GRPOLearner:
                     members = [i for indices in group for i in indices]
                     num_tokens = float(sum(prepared[i].trained_tokens for i in members))
                     total_weight = sum(weights[i] * prepared[i].trained_tokens for i in members)
-                    self.optimizer.zero_grad(set_to_none=True)
+                    optimizer.zero_grad(set_to_none=True)
                     step_loss = 0.0
                     for indices in group:
                         batch = collate(
@@ -215,13 +285,12 @@ class GRPOLearner:
                             sums[name] += float(getattr(out, name).item()) * count
                         sums["tokens"] += count
                     max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters, max_norm)))
-                    self.optimizer.step()
+                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_norm)))
+                    optimizer.step()
                     losses.append(step_loss)
         finally:
-            self.optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=True)
             self.policy.eval()
-        self.global_step += 1
         elapsed = time.perf_counter() - started
         tokens = max(sums["tokens"], 1.0)
         advantages = [s.advantage for s in prepared]
@@ -241,7 +310,7 @@ class GRPOLearner:
             "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
             "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,
             "train_time_s": elapsed,
-            "learning_rate": float(self.optimizer.param_groups[0]["lr"]),
+            "learning_rate": float(optimizer.param_groups[0]["lr"]),
             **(
                 {
                     "is_weight_mean": is_stats["sum"] / max(1.0, is_stats["tokens"]),
@@ -264,11 +333,12 @@ class GRPOLearner:
         staging = root / f".{final.name}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        weights = {name: p.detach().cpu() for name, p in self.policy.named_parameters() if p.requires_grad}
+        weights = {name: p.detach().cpu() for name, p in self._checkpointed_parameters().items()}
         torch.save(weights, staging / _WEIGHTS_FILE)
         state = {
             "global_step": self.global_step,
             "optimizer": self.optimizer.state_dict(),
+            "role_optimizers": {role: opt.state_dict() for role, opt in self.role_optimizers.items()},
             "rng": _rng_state(),
             "config": self.config.to_dict(),
             "extra": extra or {},
@@ -298,7 +368,7 @@ class GRPOLearner:
         if not (folder / _STATE_FILE).exists():
             raise FileNotFoundError(f"{folder} is not a GRPO checkpoint (no {_STATE_FILE}); pass a step-NNNNNN folder")
         weights = torch.load(folder / _WEIGHTS_FILE, map_location=self.device)
-        expected = {name for name, p in self.policy.named_parameters() if p.requires_grad}
+        expected = set(self._checkpointed_parameters())
         if set(weights) != expected:
             raise ValueError(
                 f"checkpoint {folder} does not match this model: missing {sorted(expected - set(weights))[:3]}, "
@@ -310,14 +380,32 @@ class GRPOLearner:
                 parameters[name].copy_(value)
         state = torch.load(folder / _STATE_FILE, map_location="cpu", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
+        for role, optimizer in self.role_optimizers.items():
+            optimizer.load_state_dict(state["role_optimizers"][role])
         self.global_step = int(state["global_step"])
         _set_rng_state(state["rng"])
         return dict(state.get("extra") or {})
 
+    def _checkpointed_parameters(self) -> Dict[str, torch.nn.Parameter]:
+        """The parameters a checkpoint holds: the trainable ones (with roles: every role's adapter)."""
+        if self.roles:
+            ids = {id(p) for p in self.trainable_parameters}
+            return {name: p for name, p in self.policy.named_parameters() if id(p) in ids}
+        return {name: p for name, p in self.policy.named_parameters() if p.requires_grad}
+
     def export_model(self, directory: Union[str, Path]) -> Path:
-        """Save the trained policy (LoRA merged) with its tokenizer in Hugging Face format (`agl serve --model`)."""
+        """Save the trained policy (LoRA merged) with its tokenizer in Hugging Face format (`agl serve --model`).
+
+        With roles the adapters cannot be merged into one model: the frozen base goes to `directory` and
+        each role's adapter, in peft's format, to `directory/adapters/<role>/`.
+        """
         target = Path(directory)
         model: Any = self.policy
+        if self.roles:
+            copy.deepcopy(model).unload().save_pretrained(target)
+            model.save_pretrained(target / "adapters", selected_adapters=self.roles)
+            self.tokenizer.save_pretrained(target)
+            return target
         if self.uses_lora:
             model = copy.deepcopy(self.policy).merge_and_unload()  # type: ignore[operator]
         model.save_pretrained(target)

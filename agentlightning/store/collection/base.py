@@ -74,6 +74,10 @@ class Collection(ABC, Generic[T]):
     @abstractmethod
     async def count(self, filters: Optional[FilterOptions] = None) -> int: ...
 
+    async def count_where(self, field: str, value: Any) -> int:
+        """How many items have `field == value` (backends with an index on the field answer from it)."""
+        return await self.count({"_must": {field: {"exact": value}}})
+
     @abstractmethod
     async def size(self) -> int: ...
 

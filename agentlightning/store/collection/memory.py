@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, Literal, Optional, TypeVar
 
 from agentlightning.types import (
@@ -116,13 +116,27 @@ class InMemoryCollection(Collection[T], Generic[T]):
 
     def _put(self, key: Hashable, item: T) -> None:
         old = self._items.get(key)
-        if old is not None:
-            self._index_remove(key, old)
-        else:
+        self._items[key] = item
+        if old is None:
             self._counter += 1
             self._order[key] = self._counter
-        self._items[key] = item
-        self._index_add(key, item)
+            if self._indexes:
+                self._index_add(key, item)
+            return
+        if not self._indexes:
+            return
+        # A replacement moves only the index entries whose field changed (most updates touch none).
+        for field, buckets in self._indexes.items():
+            before = getattr(old, field, None)
+            after = getattr(item, field, None)
+            if before is after or before == after:
+                continue
+            bucket = buckets.get(before)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del buckets[before]
+            buckets.setdefault(after, {})[key] = None
 
     async def get(self, key: Hashable) -> Optional[T]:
         return self._items.get(key)
@@ -160,7 +174,30 @@ class InMemoryCollection(Collection[T], Generic[T]):
         keys.sort(key=self._order.__getitem__)
         return keys
 
+    def _index_bucket(self, filters: Optional[FilterOptions]) -> Optional[dict[Hashable, None]]:
+        """The keys matching `filters` straight from an index, when the filter is one exact indexed field.
+
+        The store's commonest lookups (a rollout's attempts or spans: `{"_must": {field: {"exact": v}}}`)
+        then cost a dict lookup instead of a scan of the candidates.
+        """
+        if not filters or len(filters) != 1:
+            return None
+        must = filters.get("_must")
+        if not must or len(must) != 1:
+            return None
+        ((field, condition),) = must.items()
+        buckets = self._indexes.get(field)
+        if buckets is None or not isinstance(condition, dict) or len(condition) != 1 or "exact" not in condition:
+            return None
+        return buckets.get(condition["exact"], {})
+
     def _matching(self, filters: Optional[FilterOptions]) -> list[T]:
+        bucket = self._index_bucket(filters)
+        if bucket is not None:
+            keys = list(bucket)
+            if len(keys) > 1:
+                keys.sort(key=self._order.__getitem__)
+            return [self._items[k] for k in keys]
         narrowed = _index_candidates(filters, self._indexes)
         if narrowed is None:
             candidates: Iterable[T] = self._items.values()
@@ -196,7 +233,16 @@ class InMemoryCollection(Collection[T], Generic[T]):
     async def count(self, filters: Optional[FilterOptions] = None) -> int:
         if not filters:
             return len(self._items)
+        bucket = self._index_bucket(filters)
+        if bucket is not None:
+            return len(bucket)
         return len(self._matching(filters))
+
+    async def count_where(self, field: str, value: Any) -> int:
+        buckets = self._indexes.get(field)
+        if buckets is None:
+            return await super().count_where(field, value)
+        return len(buckets.get(value, ()))
 
     async def size(self) -> int:
         return len(self._items)
@@ -306,20 +352,45 @@ class InMemoryLightningCollections(LightningCollections):
         # Re-entrant so a thread may nest blocks (e.g. the watchdog's updates inside a read snapshot).
         self._lock = threading.RLock() if thread_safe else None
 
-    @asynccontextmanager
-    async def _locked(self) -> AsyncIterator[LightningCollections]:
-        assert self._lock is not None
-        with self._lock:
-            yield self
-
-    @asynccontextmanager
-    async def _unlocked(self) -> AsyncIterator[LightningCollections]:
-        yield self
+        # Every call opens a block, so the block is one reusable object rather than a generator per call.
+        self._block: AbstractAsyncContextManager[LightningCollections] = (
+            _LockedBlock(self, self._lock) if self._lock is not None else _OpenBlock(self)
+        )
 
     def atomic(
         self, *, mode: AtomicMode = "rw", snapshot: bool = False
     ) -> AbstractAsyncContextManager[LightningCollections]:
         # Operations never suspend, so without threads a block cannot interleave with another task.
-        if self._lock is None:
-            return self._unlocked()
-        return self._locked()
+        return self._block
+
+
+class _OpenBlock(AbstractAsyncContextManager[LightningCollections]):
+    """The atomic block of collections used from one event loop: nothing to take, nothing to release."""
+
+    __slots__ = ("_collections",)
+
+    def __init__(self, collections: LightningCollections) -> None:
+        self._collections = collections
+
+    async def __aenter__(self) -> LightningCollections:
+        return self._collections
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        return None
+
+
+class _LockedBlock(AbstractAsyncContextManager[LightningCollections]):
+    """The atomic block of collections shared between threads: holds the (re-entrant) lock for the block."""
+
+    __slots__ = ("_collections", "_lock")
+
+    def __init__(self, collections: LightningCollections, lock: Any) -> None:
+        self._collections = collections
+        self._lock = lock
+
+    async def __aenter__(self) -> LightningCollections:
+        self._lock.acquire()
+        return self._collections
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._lock.release()

@@ -7,8 +7,7 @@ subclasses may refine the span hooks (`_store_spans`, `_check_spans_readable`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Optional, Union
 
 from agentlightning.types import Attempt, AttemptedRollout, FilterOptions, Rollout, RolloutStatus, Span, Worker
@@ -16,7 +15,7 @@ from agentlightning.types import Attempt, AttemptedRollout, FilterOptions, Rollo
 from .. import _arguments as arguments
 from .. import transitions
 from .._backend import BackendLightningStore
-from ..utils import assign_sequence_ids, count_unsequenced_spans, unhealthy_attempt_status
+from ..utils import assign_sequence_ids, copy_model, count_unsequenced_spans, unhealthy_attempt_status
 from .base import LightningCollections
 
 __all__ = ["CollectionStoreSteps", "LATEST_RESOURCES_KEY", "by_rollout", "plain", "span_key"]
@@ -25,7 +24,7 @@ LATEST_RESOURCES_KEY = "latest_resources_id"
 
 
 def plain(rollout: Rollout) -> Rollout:
-    return rollout.model_copy()
+    return copy_model(rollout)
 
 
 def span_key(span: Span) -> tuple[str, str, str]:
@@ -35,6 +34,30 @@ def span_key(span: Span) -> tuple[str, str, str]:
 
 def by_rollout(rollout_id: str) -> FilterOptions:
     return {"_must": {"rollout_id": {"exact": rollout_id}}}
+
+
+class _WriteBlock(AbstractAsyncContextManager[LightningCollections]):
+    """A `rw` atomic block that, once it committed, wakes waiting dequeues if a step (re)queued a rollout.
+
+    A plain class rather than an `asynccontextmanager`: every write call opens one, so it stays cheap.
+    """
+
+    __slots__ = ("_store", "_inner")
+
+    def __init__(self, store: CollectionStoreSteps) -> None:
+        self._store = store
+        self._inner = store.collections.atomic(mode="rw")
+
+    async def __aenter__(self) -> LightningCollections:
+        return await self._inner.__aenter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> Optional[bool]:
+        suppressed = await self._inner.__aexit__(exc_type, exc, traceback)
+        store = self._store
+        if (exc_type is None or suppressed) and store._queued:
+            store._queued = False
+            store._queue_waiters.notify()
+        return suppressed
 
 
 class CollectionStoreSteps(BackendLightningStore):
@@ -51,13 +74,8 @@ class CollectionStoreSteps(BackendLightningStore):
     def _reads(self) -> Any:
         return self.collections.atomic(mode="r", snapshot=self._read_snapshot)
 
-    @asynccontextmanager
-    async def _writes(self) -> AsyncIterator[LightningCollections]:
-        async with self.collections.atomic(mode="rw") as c:
-            yield c
-        if self._queued:
-            self._queued = False
-            self._queue_waiters.notify()
+    def _writes(self) -> AbstractAsyncContextManager[LightningCollections]:
+        return _WriteBlock(self)
 
     # ---- lookups ----
 
@@ -84,7 +102,7 @@ class CollectionStoreSteps(BackendLightningStore):
 
     async def _attempt_count(self, c: LightningCollections, rollout_id: str) -> int:
         """How many attempts the rollout has: the sequence id of its latest one."""
-        return await c.attempts.count(by_rollout(rollout_id))
+        return await c.attempts.count_where("rollout_id", rollout_id)
 
     async def _is_latest(self, c: LightningCollections, attempt: Attempt) -> bool:
         return attempt.sequence_id >= await self._attempt_count(c, attempt.rollout_id)
@@ -122,7 +140,7 @@ class CollectionStoreSteps(BackendLightningStore):
     ) -> Rollout:
         """Apply a status (and other field changes), keeping the queue and the waiters in step."""
         transition = transitions.rollout_transition(rollout, status, now, changes)
-        updated = rollout.model_copy(update=transition.changes) if transition.changes else rollout
+        updated = copy_model(rollout, transition.changes) if transition.changes else rollout
         await c.rollouts.update(updated)
         if transition.enqueue:
             await c.rollout_queue.enqueue([rollout.rollout_id])
@@ -141,13 +159,14 @@ class CollectionStoreSteps(BackendLightningStore):
         if worker is None:
             worker = Worker(worker_id=worker_id, **changes)
         elif changes:
-            worker = worker.model_copy(update=changes)
+            worker = copy_model(worker, changes)
         await c.workers.upsert(worker)
         return worker
 
-    async def _claim_for_worker(self, c: LightningCollections, attempt: Attempt, now: float) -> None:
+    async def _claim_for_worker(self, c: LightningCollections, attempt: Attempt, now: float, **extra: Any) -> None:
+        """Make the attempt's worker busy with it; `extra` worker fields are written in the same change."""
         if attempt.worker_id is not None:
-            await self._touch_worker(c, attempt.worker_id, **transitions.worker_claim_changes(attempt, now))
+            await self._touch_worker(c, attempt.worker_id, **transitions.worker_claim_changes(attempt, now), **extra)
 
     async def _sync_worker_status(self, c: LightningCollections, attempt: Attempt, now: float) -> None:
         """Worker status follows its attempt: finished -> idle, stale -> unknown, otherwise busy."""
@@ -164,21 +183,22 @@ class CollectionStoreSteps(BackendLightningStore):
             await self._touch_worker(c, attempt.worker_id, **changes)
 
     async def _new_attempt(
-        self, c: LightningCollections, rollout: Rollout, worker_id: Optional[str], now: float
+        self, c: LightningCollections, rollout: Rollout, worker_id: Optional[str], now: float, **worker_changes: Any
     ) -> AttemptedRollout:
+        """Start the rollout's next attempt; `worker_changes` are written to its worker with the claim."""
         transitions.check_transition("rollout", rollout.rollout_id, rollout.status, "preparing")
         count = await self._attempt_count(c, rollout.rollout_id)
         attempt = transitions.next_attempt(rollout.rollout_id, count + 1, worker_id, now)
         await c.attempts.insert(attempt)
         rollout = await self._set_rollout_status(c, rollout, "preparing", now)
-        await self._claim_for_worker(c, attempt, now)
+        await self._claim_for_worker(c, attempt, now, **worker_changes)
         return transitions.attempted_rollout(rollout, attempt)
 
     async def _update_attempt(
         self, c: LightningCollections, rollout: Rollout, attempt: Attempt, changes: dict[str, Any], now: float
     ) -> Attempt:
         """Change an attempt; a status change updates its worker and, for the latest attempt, the rollout."""
-        updated = attempt.model_copy(update=transitions.stamp_attempt_changes(changes, now, attempt))
+        updated = copy_model(attempt, transitions.stamp_attempt_changes(changes, now, attempt))
         await c.attempts.update(updated)
         if changes.get("status") is None:
             return updated
@@ -249,7 +269,7 @@ class CollectionStoreSteps(BackendLightningStore):
         self, c: LightningCollections, rollout: Rollout, attempt: Attempt, now: float
     ) -> None:
         changes = transitions.span_heartbeat_changes(attempt, now)
-        updated = attempt.model_copy(update=changes)
+        updated = copy_model(attempt, changes)
         await c.attempts.update(updated)
         if "status" not in changes:
             return

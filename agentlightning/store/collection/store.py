@@ -32,7 +32,7 @@ from agentlightning.types.resources import validate_named_resources
 from .. import _arguments as arguments
 from .. import transitions
 from ..base import UNSET, FilterLogic, LightningStoreStatistics, SortOrder, is_unset
-from ..utils import Clock, is_queuing, is_terminal, new_resources_id
+from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id
 from ..watchdog import healthcheck_before
 from .base import LightningCollections
 from .steps import LATEST_RESOURCES_KEY, CollectionStoreSteps, by_rollout, plain
@@ -106,6 +106,8 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
     async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
         async with self._writes() as c:
             now = self._now()
+            # A worker that claims something records its dequeue with the claim: one worker write, not two.
+            dequeued = transitions.worker_dequeue_changes(True, now) if worker_id is not None else {}
             claimed: list[AttemptedRollout] = []
             while len(claimed) < limit:
                 ids = await c.rollout_queue.dequeue(1)
@@ -114,9 +116,9 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
                 rollout = await c.rollouts.get(ids[0])
                 if rollout is None or not is_queuing(rollout.status):
                     continue  # stale entry: the rollout moved on while queued
-                claimed.append(await self._new_attempt(c, rollout, worker_id, now))
-            if worker_id is not None:
-                await self._touch_worker(c, worker_id, **transitions.worker_dequeue_changes(bool(claimed), now))
+                claimed.append(await self._new_attempt(c, rollout, worker_id, now, **dequeued))
+            if worker_id is not None and not claimed:
+                await self._touch_worker(c, worker_id, **transitions.worker_dequeue_changes(False, now))
             return claimed
 
     @tracked("attempts")
@@ -257,7 +259,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             if reassigned is not None:
                 await self._claim_for_worker(c, reassigned, now)
             updated = await self._update_attempt(c, rollout, attempt, changes, now)
-        return updated.model_copy()
+        return copy_model(updated)
 
     # ---- spans ----
 

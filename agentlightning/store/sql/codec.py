@@ -102,7 +102,7 @@ def attempted_rollout_from_row(row: Row) -> Rollout:
     rollout = rollout_from_row(row)
     if row[_ROLLOUT_WIDTH] is None:
         return rollout
-    return AttemptedRollout(**dict(rollout), attempt=attempt_from_row(row, _ROLLOUT_WIDTH))
+    return AttemptedRollout.model_validate({**rollout.__dict__, "attempt": attempt_from_row(row, _ROLLOUT_WIDTH)})
 
 
 def worker_from_row(row: Row) -> Worker:

@@ -13,13 +13,12 @@ Group commit: concurrent write calls share one transaction. Writes queue up whil
 the thread then runs everything queued (up to `group_commit_limit` calls) in one `BEGIN IMMEDIATE ...
 COMMIT`, each call inside its own SAVEPOINT so a call that raises is rolled back alone. No call is answered
 before the COMMIT that holds it returned: acknowledged still means durable. A lone writer pays nothing
-extra (it is committed at once); many writers pay one commit per group instead of one each.
+extra (it is committed at once, without a savepoint); many writers pay one commit per group instead of one each.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import random
@@ -47,7 +46,41 @@ SqliteSynchronous = Literal["NORMAL", "FULL"]
 _RETRY_FIRST_SLEEP = 0.0005
 _RETRY_MAX_SLEEP = 0.005
 
-_PendingWrite = tuple[TransactionBody[Any], "concurrent.futures.Future[Any]"]
+
+class _Reply:
+    """Where a write call's outcome goes: the caller's asyncio future, set on the caller's loop.
+
+    Answering through the loop directly (one `call_soon_threadsafe`) spares every write the chain of a
+    `concurrent.futures.Future` wrapped by `asyncio.wrap_future`.
+    """
+
+    __slots__ = ("loop", "future")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def wanted(self) -> bool:
+        """False once the caller gave up (cancelled) before the call ran: it is then skipped, as never sent."""
+        return not self.future.cancelled()
+
+    def send(self, ok: bool, value: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, ok, value)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting for this answer
+            pass
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # cancelled while the call ran: its outcome stands in the database, unanswered
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+_PendingWrite = tuple[TransactionBody[Any], _Reply]
 
 
 class _SqliteTransaction:
@@ -190,14 +223,15 @@ class SqliteEngine(SqlEngine):
         executor = self._ensure_executor()
         if not write:
             return await asyncio.wrap_future(executor.submit(self._run_on_thread, body, False))
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         with self._guard:
-            self._pending.append((body, future))
+            self._pending.append((body, _Reply(loop, future)))
             schedule = not self._draining
             self._draining = True
         if schedule:
             executor.submit(self._drain_writes)
-        return await asyncio.wrap_future(future)
+        return await future
 
     # ---- group commit ----
 
@@ -210,7 +244,7 @@ class SqliteEngine(SqlEngine):
                     return
                 count = min(len(self._pending), self.group_commit_limit)
                 group = [self._pending.popleft() for _ in range(count)]
-            self._commit_group([(body, future) for body, future in group if future.set_running_or_notify_cancel()])
+            self._commit_group([(body, reply) for body, reply in group if reply.wanted()])
 
     def _commit_group(self, group: list[_PendingWrite]) -> None:
         """Run the calls in one transaction, each in a savepoint; answer them once COMMIT returned."""
@@ -222,10 +256,22 @@ class SqliteEngine(SqlEngine):
                 self._conn = self._connect()
             conn = self._conn
 
-            def attempt() -> None:
+            def attempt() -> bool:
+                """Run the group in one transaction; False when it was a lone call that failed (rolled back)."""
                 outcomes.clear()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
+                    if len(group) == 1:
+                        # A lone call needs no savepoint: rolling the transaction back rolls back the call alone.
+                        try:
+                            result = run_without_suspending(group[0][0](_SqliteTransaction(conn)))  # type: ignore[arg-type]
+                        except Exception as exc:
+                            conn.execute("ROLLBACK")
+                            outcomes.append((False, exc))
+                            return False
+                        conn.execute("COMMIT")
+                        outcomes.append((True, result))
+                        return True
                     for body, _ in group:
                         conn.execute("SAVEPOINT agl_call")
                         try:
@@ -238,23 +284,21 @@ class SqliteEngine(SqlEngine):
                             conn.execute("RELEASE agl_call")
                             outcomes.append((True, result))
                     conn.execute("COMMIT")
+                    return True
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
 
-            self._with_lock_retry(attempt)
-            self.write_transactions += 1
+            if self._with_lock_retry(attempt):
+                self.write_transactions += 1
             self.write_calls += len(group)
         except BaseException as exc:  # nothing of the group was committed
-            for _, future in group:
-                future.set_exception(exc)
+            for _, reply in group:
+                reply.send(False, exc)
             return
-        for (_, future), (ok, value) in zip(group, outcomes, strict=True):
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+        for (_, reply), (ok, value) in zip(group, outcomes, strict=True):
+            reply.send(ok, value)
 
     def _close_on_thread(self) -> None:
         if self._conn is not None:

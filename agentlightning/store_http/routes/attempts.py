@@ -1,4 +1,4 @@
-"""Attempt routes: starting an attempt of a rollout, querying its attempts, updating one."""
+"""Attempt routes: starting an attempt of a rollout, querying its attempts, updating one, finishing one."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ from starlette.responses import Response
 
 from agentlightning.store.base import LightningStore
 from agentlightning.store.utils import check_attempt_status
-from agentlightning.types import Attempt, AttemptedRollout, PaginatedResult
+from agentlightning.types import Attempt, AttemptedRollout, FinishedAttempt, PaginatedResult
 
 from ..bodies import (
+    FinishAttemptBody,
     QueryAttemptsBody,
     StartAttemptBody,
     StoreRoute,
     UpdateAttemptBody,
     attempt_exists,
+    check_int64,
     check_page,
     int64_query,
     json_response,
@@ -107,5 +109,23 @@ def build_attempts_router() -> APIRouter:
             return json_response(await store.update_attempt(rollout_id, attempt_id, **fields))
         except (ValueError, KeyError) as exc:
             raise await missing_or(exc, lambda: attempt_exists(store, rollout_id, attempt_id)) from None
+
+    @api.post(
+        "/rollouts/{rollout_id}/attempts/{attempt_id}/finish",
+        response_model=FinishedAttempt,
+        openapi_extra=json_body(FinishAttemptBody),
+    )
+    async def finish_attempt(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        """The attempt's last spans and its final status in one request (`LightningStore.finish_attempt`)."""
+        store = store_of(request)
+        body = await read_json(request, FinishAttemptBody)
+        check_attempt_status(body.status)
+        for span in body.spans:
+            check_int64(span.sequence_id, "spans.sequence_id")
+        try:
+            finished = await store.finish_attempt(rollout_id, attempt_id, body.status, body.spans)  # type: ignore[arg-type]
+        except (ValueError, KeyError) as exc:
+            raise await missing_or(exc, lambda: attempt_exists(store, rollout_id, attempt_id)) from None
+        return json_response(finished)
 
     return api
