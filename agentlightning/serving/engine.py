@@ -3,7 +3,7 @@
 Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
 together in one left-padded batch (`sampling.generate_rows`). The KV cache of a prompt prefix that the
 rows of a batch share (a system prompt, few-shot turns, the earlier turns of a returning conversation)
-is kept for later batches (`PrefixCache`) until the weights change. Each batch runs entirely under the weights
+is kept for later batches (`PrefixCache`, one per LoRA adapter) until the weights change. Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
 with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
 base); the others are set aside, oldest first, for the next batches.
