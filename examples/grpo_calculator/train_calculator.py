@@ -21,8 +21,8 @@ each twice: decoding greedily and sampling at the training temperature. The untr
 answers from memory and gets the products wrong; GRPO teaches it to call the calculator and copy the
 result. Measured with the defaults on 2 CPU cores (load 1-2): held-out exact answers greedy
 0.00 -> 0.88, sampled 0.00 -> 0.19, in 5.5 minutes. It learns only if some sampled rollouts call the
-tool in the first steps: one run of three did not (details, the curve and timings in docs/demo.md). A line per step shows the train reward. Outputs go
-to `--output-dir` (default `runs/demo`):
+tool in the first steps: two runs of four did not (details, the curve and timings in docs/demo.md).
+A line per step shows the train reward. Outputs go to `--output-dir` (default `runs/demo`):
 
     metrics.jsonl      one line per step (GRPO metrics; step 0 and the last carry the validation reward)
     reward_curve.png   train reward and exact-answer rate per step, validation before/after
