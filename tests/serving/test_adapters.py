@@ -168,3 +168,26 @@ def test_update_weights_copies_adapters_into_a_served_copy() -> None:
             assert torch.equal(param, learned[name]), name
         else:
             assert torch.equal(param, base_before[name]), name
+
+
+async def test_each_adapter_reuses_only_its_own_prompt_prefixes() -> None:
+    model, tokenizer = two_adapter_model()
+    prompt = [1] + list(range(20, 60))  # long enough to be stored
+    greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    cached = PolicyEngine(model, tokenizer, adapters=ADAPTERS, batch_window_s=0.0)
+    plain = PolicyEngine(model, tokenizer, adapters=ADAPTERS, batch_window_s=0.0, prefix_cache_entries=0)
+    cached.start()
+    plain.start()
+    try:
+        for adapter in (None, *ADAPTERS, None, *ADAPTERS):  # the second round reuses stored prefixes
+            got = (await cached.generate(prompt, greedy, adapter=adapter))[0]
+            want = (await plain.generate(prompt, greedy, adapter=adapter))[0]
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+    finally:
+        cached.close()
+        plain.close()
+    for adapter in (None, *ADAPTERS):
+        store = cached.prefix_cache_for(adapter)
+        assert store is not None and len(store) == 1 and store.hits == 1
+    assert plain.prefix_cache is None

@@ -62,6 +62,26 @@ async def test_update_weights_serves_new_weights_and_bumps_the_version(engine: P
         assert torch.equal(tensor, other.state_dict()[name])
 
 
+async def test_stored_prompt_prefixes_are_forgotten_when_the_weights_change(engine: PolicyEngine) -> None:
+    engine.batch_window_s = 0.0
+    prompt = [1] + list(range(20, 60))
+    before = (await engine.generate(prompt, GREEDY))[0]
+    assert engine.prefix_cache is not None and len(engine.prefix_cache) == 1
+    other, _ = tiny_model(seed=1)
+    engine.update_weights(other.state_dict())
+    assert len(engine.prefix_cache) == 0
+    after = (await engine.generate(prompt, GREEDY))[0]
+    fresh = PolicyEngine(other, engine.tokenizer, prefix_cache_entries=0)
+    fresh.start()
+    try:
+        expected = (await fresh.generate(prompt, GREEDY))[0]
+    finally:
+        fresh.close()
+    assert after.logprobs != before.logprobs
+    assert after.token_ids == expected.token_ids
+    assert after.logprobs == pytest.approx(expected.logprobs, abs=1e-5)
+
+
 async def test_shared_model_update_only_marks_a_new_version(engine: PolicyEngine) -> None:
     engine.batch_window_s = 0.0
     before = (await engine.generate([1, 60], GREEDY))[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentlightning.serving._prefix_cache import PrefixCache, common_prefix_length
 from agentlightning.serving.sampling import GenerationRow, SamplingParams, generate_rows, left_pad
 from tests.support.tiny_model import tiny_model
 
@@ -117,3 +118,58 @@ def test_invalid_sampling_params_name_the_field() -> None:
         SamplingParams(top_p=0.0)
     with pytest.raises(ValueError, match="max_tokens"):
         SamplingParams(max_tokens=0)
+
+
+SHARED = [1] + list(range(20, 60))  # a 41-token "system prompt" every row starts with
+
+
+def _run(model, prompts, params_list, *, seeds=None, prefix_cache=None):
+    rows = [
+        GenerationRow(p, params, generator=None if seeds is None else torch.Generator().manual_seed(seeds[i]))
+        for i, (p, params) in enumerate(zip(prompts, params_list, strict=True))
+    ]
+    return generate_rows(model, rows, pad_token_id=0, eos_token_ids=[2], prefix_cache=prefix_cache)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_row_decodes_the_same_alone_or_in_a_batch_with_a_shared_prefix(temperature: float) -> None:
+    model, _ = tiny_model()
+    prompts = [SHARED + [70, 71, 72], SHARED + [80], SHARED + [90, 91, 92, 93, 94]]
+    params = [SamplingParams(max_tokens=10, temperature=temperature, ignore_eos=True)] * 3
+    alone = [_run(model, [p], [params[0]], seeds=[i])[0] for i, p in enumerate(prompts)]
+    cache = PrefixCache(min_tokens=8)
+    batched = _run(model, prompts, params, seeds=[0, 1, 2], prefix_cache=cache)
+    assert len(cache) == 1  # the shared 41 tokens were encoded once, for the whole batch
+    for one, many in zip(alone, batched, strict=True):
+        assert many.token_ids == one.token_ids
+        assert many.logprobs == pytest.approx(one.logprobs, abs=1e-5)
+
+
+def test_a_returning_conversation_reuses_the_stored_prefix() -> None:
+    model, _ = tiny_model()
+    greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    cache = PrefixCache(min_tokens=8)
+    first = _run(model, [SHARED + [70], SHARED + [71]], [greedy, greedy], prefix_cache=cache)[0]
+    follow_up = SHARED + [70] + first.token_ids + [33, 34]  # the first turn, its reply and a tool result
+    reused = _run(model, [follow_up], [greedy], prefix_cache=cache)[0]
+    assert cache.hits == 1 and cache.reused_tokens == len(SHARED)
+    fresh = _run(model, [follow_up], [greedy])[0]
+    assert reused.token_ids == fresh.token_ids
+    assert reused.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)
+    # The follow-up (less its last token) was stored as it went by: the next turn encodes only its new tokens.
+    again = follow_up + reused.token_ids + [35, 36]
+    assert (
+        _run(model, [again], [greedy], prefix_cache=cache)[0].token_ids == _run(model, [again], [greedy])[0].token_ids
+    )
+    assert cache.hits == 2 and cache.reused_tokens == len(SHARED) + len(follow_up) - 1
+
+
+def test_prefix_cache_keeps_the_most_recently_used_entries() -> None:
+    cache = PrefixCache(max_entries=2, min_tokens=1)
+    for key in ([1, 2], [1, 2, 3], [4, 5]):
+        cache.store(key, object())
+    assert len(cache) == 2 and cache.longest_shared([[1, 2, 9]]) is None  # [1, 2] was the oldest
+    hit = cache.longest_shared([[1, 2, 3, 9], [1, 2, 3, 8]])
+    assert hit is not None and hit[0] == (1, 2, 3)
+    assert cache.longest_shared([[1, 2, 3]]) is None  # every prompt needs at least one token of its own
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
