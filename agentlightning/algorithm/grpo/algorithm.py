@@ -294,8 +294,13 @@ class GRPO(Algorithm):
                     "old; raise max_staleness or check that the policy server reports its weights version"
                 )
         response_tokens = sum(len(s.response_ids) for s in samples)
-        update = self._async_update if cfg.async_rollouts else self._locked_update
-        metrics = await asyncio.to_thread(update, samples)
+        if cfg.skip_no_signal_updates and not _has_signal(samples, cfg):
+            assert self.learner is not None
+            metrics = self.learner.skip_step(samples)
+        else:
+            update = self._async_update if cfg.async_rollouts else self._locked_update
+            metrics = await asyncio.to_thread(update, samples)
+            metrics["update_skipped"] = 0.0
         metrics.update(staleness)
         if cfg.async_rollouts:
             metrics["rollouts_ready_at_step_start"] = float(ready)
@@ -482,3 +487,18 @@ def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int
 def _total_reward(rewards: Sequence[Optional[float]], fill_value: float) -> float:
     known = [r for r in rewards if r is not None]
     return float(sum(known)) if known else fill_value
+
+
+def _has_signal(samples: Sequence[Any], config: GRPOConfig) -> bool:
+    """Whether an update on `samples` has a gradient: a nonzero advantage, or a KL / entropy term.
+
+    Equal rewards give advantages of rounding size (a group mean of 0.1s is not exactly 0.1), hence the
+    tolerance, far below any advantage a reward difference makes.
+    """
+    if config.kl_coef or config.entropy_coef:
+        return True
+    for sample in samples:
+        advantages = sample.token_advantages if sample.token_advantages is not None else [sample.advantage]
+        if any(abs(a) > 1e-6 for a in advantages):
+            return True
+    return False

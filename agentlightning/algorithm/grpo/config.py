@@ -69,6 +69,10 @@ class GRPOConfig:
     """mu: optimisation passes over each batch of samples."""
     max_updates_per_batch: Optional[int] = None
     """Cap on optimizer steps per batch, across all epochs (None: no cap)."""
+    skip_no_signal_updates: bool = False
+    """Skip the learner update of a step in which every row's advantage is zero (all rewards equal within
+    every group) and no KL or entropy term is set: its policy gradient is zero, so the forward/backward
+    passes would only move the weights by AdamW's momentum and weight decay. Counted in `update_skipped`."""
     micro_batch_size: int = 4
     """Samples per forward/backward pass."""
     gradient_accumulation_steps: Optional[int] = None

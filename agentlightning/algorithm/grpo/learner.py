@@ -166,6 +166,17 @@ class GRPOLearner:
         self.global_step += 1
         return metrics
 
+    def skip_step(self, samples: Sequence[Sample]) -> Dict[str, float]:
+        """Count a step without updating (nothing to learn from `samples`): the weights and optimizer stay."""
+        self.global_step += 1
+        return {
+            "update_skipped": 1.0,
+            "samples": float(len(samples)),
+            "optimizer_steps": 0.0,
+            "old_logprobs_recomputed": 0.0,
+            "train_time_s": 0.0,
+        }
+
     def _step_roles(self, samples: Sequence[Sample], off_policy: bool) -> Dict[str, float]:
         from ...serving.adapters import active_adapter
 

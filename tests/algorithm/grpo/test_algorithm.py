@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from openai import AsyncOpenAI
 
 import agentlightning as agl
@@ -76,6 +77,45 @@ def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Pat
     assert [json.loads(line)["step"] for line in metrics_file.read_text().splitlines()] == [0, 1, 2]
     assert (tmp_path / "ckpt" / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
+
+
+@agl.rollout
+async def indifferent_agent(task: dict[str, Any], llm: LLM) -> float:
+    """Calls the policy and rewards every answer the same: no rollout is better than its group."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+    await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
+    )
+    return 0.1
+
+
+def test_a_step_without_signal_skips_the_update_but_counts_and_checkpoints(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    algorithm = GRPO(_config(tmp_path, skip_no_signal_updates=True), model=model, tokenizer=tokenizer)
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=InMemoryLightningStore(),
+        runner={"poll_interval": 0.05},
+        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
+    )
+    trainer.fit(indifferent_agent, train_dataset=TASKS)
+
+    assert [r["step"] for r in algorithm.history] == [1, 2]
+    for record in algorithm.history:
+        assert record["update_skipped"] == 1.0 and record["optimizer_steps"] == 0.0 and record["samples"] == 8
+        assert record["weights_version"] == 0, "no weights were published: none changed"
+    assert algorithm.learner is not None and algorithm.learner.global_step == 2
+    assert all(torch.equal(b, p) for b, p in zip(before, algorithm.learner.policy.parameters(), strict=True))
+    assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
+
+
+def test_a_step_with_signal_updates_when_skipping_is_on(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    algorithm = GRPO(_config(tmp_path, total_steps=1, skip_no_signal_updates=True), model=model, tokenizer=tokenizer)
+    _fit(algorithm, InMemoryLightningStore())
+    [record] = algorithm.history
+    assert record["reward_std"] > 0 and record["update_skipped"] == 0.0 and record["weights_version"] == 1
 
 
 class CrashingGRPO(GRPO):
