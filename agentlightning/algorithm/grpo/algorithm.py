@@ -95,6 +95,7 @@ class GRPO(Algorithm):
         self.server: Optional[PolicyServer] = None
         self.history: List[Dict[str, Any]] = []
         self._prefetched: Dict[int, Dict[Tuple[int, int], str]] = {}
+        self._prefetched_at: Dict[int, float] = {}  # when a step's prefetched rollouts were enqueued
         """Async: rollouts already enqueued for a coming step, by (group, sample)."""
 
     # Setup -------------------------------------------------------------------------------------------
@@ -229,6 +230,8 @@ class GRPO(Algorithm):
         wanted = self._step_requests(train_dataset, step)
         existing = await self._existing_rollouts(step) if reuse_store else {}
         prefetched = self._prefetched.pop(step, {})
+        # Prefetched rollouts have been generating since the previous step enqueued them.
+        generation_started = self._prefetched_at.pop(step, started)
         existing.update(prefetched)
         ready = len(await self._finished_now(list(prefetched.values())))
         requests = {key: task for key, task in wanted.items() if key not in existing}
@@ -241,10 +244,12 @@ class GRPO(Algorithm):
             replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
             rollout_keys.update(replacements)
             finished.update(await self._wait(list(replacements.values())))
-        rollout_time = time.perf_counter() - started
+        rollout_wait = time.perf_counter() - started
+        rollout_time = time.perf_counter() - generation_started
         if cfg.async_rollouts and step + 1 < cfg.total_steps and step + 1 not in self._prefetched:
             # Generation for the next step runs (on the current weights) while this step updates the policy.
             upcoming = self._step_requests(train_dataset, step + 1)
+            self._prefetched_at[step + 1] = time.perf_counter()
             self._prefetched[step + 1] = await self._enqueue(
                 upcoming, step + 1, mode="train", resources_id=_TRAIN_RESOURCES_ID
             )
@@ -310,7 +315,9 @@ class GRPO(Algorithm):
                 "reward_std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
                 "rollouts": float(len(rollout_keys)),
                 "rollouts_failed": float(failed),
+                # From enqueue to the last finished rollout (enqueued a step early when prefetched).
                 "rollouts_per_s": len(rollout_keys) / rollout_time if rollout_time > 0 else 0.0,
+                "rollout_wait_s": rollout_wait,
                 "generation_tokens_per_s": response_tokens / rollout_time if rollout_time > 0 else 0.0,
                 "triplets_skipped": float(counters.get("skipped_triplets", 0)),
                 **_row_metrics(counters, samples, len(groups)),

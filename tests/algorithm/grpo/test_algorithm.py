@@ -201,6 +201,10 @@ def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_pat
         assert sum(staleness.values()) == record["samples"] and set(staleness) <= {"staleness_0", "staleness_1"}
     # Steps 2 and 3 used rollouts enqueued before the previous update (generated on the previous weights).
     assert "rollouts_ready_at_step_start" in algorithm.history[1]
+    # Their throughput counts from that enqueue (before the previous update), not only the wait left.
+    for previous, record in zip(algorithm.history[:-1], algorithm.history[1:], strict=True):
+        generation_s = record["rollouts"] / record["rollouts_per_s"]
+        assert generation_s >= record["rollout_wait_s"] + 0.5 * previous["train_time_s"]
 
 
 def test_samples_older_than_max_staleness_are_dropped_and_counted(tmp_path: Path) -> None:
