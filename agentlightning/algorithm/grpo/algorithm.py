@@ -4,6 +4,10 @@ Each step: publish the policy server as an `LLM` resource, enqueue `group_size` 
 step's batch, wait for them, turn their spans into triplets (the trainer's adapter), compute group
 advantages, update the policy, and serve the new weights. Checkpoints make the loop restartable: after a
 crash it resumes from the last checkpoint and reuses the rollouts of the interrupted step still in the store.
+
+With `async_rollouts=True` the next step's rollouts are generated during the update, and a step trains on
+complete groups only: it does not wait for groups whose siblings are still running, it carries them over
+(`groups.py`, `GRPOConfig.min_complete_groups`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import logging
 import random
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...emitter import find_final_reward
 from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, RolloutMode, Span
 from ..base import Algorithm
-from .batch import RolloutTriplets, samples_from_rollouts
+from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
+from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_of_triplet, role_resource_name
 
@@ -42,6 +48,25 @@ _META_SAMPLE = "grpo_sample"
 _TRAIN_RESOURCES_ID = "grpo-train"
 _VAL_RESOURCES_ID = "grpo-val"
 _LOGGED_KEYS = ["reward_mean", "reward_std", "loss", "kl", "entropy", "clip_fraction", "val_reward_mean"]
+
+
+@dataclass
+class _CollectedRollouts:
+    """A step's finished rollouts and their training rows."""
+
+    groups: List[RolloutTriplets]
+    """The succeeded rollouts trained on."""
+    samples: List[Sample]
+    counters: Dict[str, int]
+    rollouts: int
+    """Rollouts the step used up: trained on, or dropped (failed, stale)."""
+    failed: int
+    generation_s: float
+    """From their (earliest) enqueue to the end of the collection."""
+    wait_s: float
+    """From the start of the step."""
+    metrics: Dict[str, float] = field(default_factory=lambda: {})
+    """Metrics of the mode (async: staleness and groups)."""
 
 
 class GRPO(Algorithm):
@@ -94,9 +119,8 @@ class GRPO(Algorithm):
         self.learner: Optional[GRPOLearner] = None
         self.server: Optional[PolicyServer] = None
         self.history: List[Dict[str, Any]] = []
-        self._prefetched: Dict[int, Dict[Tuple[int, int], str]] = {}
-        self._prefetched_at: Dict[int, float] = {}  # when a step's prefetched rollouts were enqueued
-        """Async: rollouts already enqueued for a coming step, by (group, sample)."""
+        self._pending: Dict[GroupKey, PendingGroup] = {}
+        """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
 
     # Setup -------------------------------------------------------------------------------------------
 
@@ -227,13 +251,48 @@ class GRPO(Algorithm):
         learner, server, cfg = self.learner, self.server, self.config
         step = learner.global_step
         started = time.perf_counter()
+        if cfg.async_rollouts:
+            batch = await self._collect_complete_groups(train_dataset, step, reuse_store, started)
+            if step + 1 < cfg.total_steps:
+                # Generation for the next step runs (on the current weights) while this step updates the policy.
+                await self._prefetch(train_dataset, step + 1)
+        else:
+            batch = await self._collect_step(train_dataset, step, reuse_store, started)
+        samples = batch.samples
+        response_tokens = sum(len(s.response_ids) for s in samples)
+        if cfg.skip_no_signal_updates and not _has_signal(samples, cfg):
+            metrics = learner.skip_step(samples)
+        else:
+            update = self._async_update if cfg.async_rollouts else self._locked_update
+            metrics = await asyncio.to_thread(update, samples)
+            metrics["update_skipped"] = 0.0
+        metrics.update(batch.metrics)
+        returns = [_rollout_return(group, cfg.reward_fill_value) for group in batch.groups]
+        generation_s = batch.generation_s
+        metrics.update(
+            {
+                "reward_mean": statistics.fmean(returns) if returns else 0.0,
+                "reward_std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
+                "rollouts": float(batch.rollouts),
+                "rollouts_failed": float(batch.failed),
+                # From enqueue to the last finished rollout (enqueued a step early when prefetched).
+                "rollouts_per_s": batch.rollouts / generation_s if generation_s > 0 else 0.0,
+                "rollout_wait_s": batch.wait_s,
+                "generation_tokens_per_s": response_tokens / generation_s if generation_s > 0 else 0.0,
+                "triplets_skipped": float(batch.counters.get("skipped_triplets", 0)),
+                **_row_metrics(batch.counters, samples, len(batch.groups)),
+                "step_time_s": time.perf_counter() - started,
+                "weights_version": float(server.weights_version),
+            }
+        )
+        return metrics
+
+    async def _collect_step(
+        self, train_dataset: Dataset[Any], step: int, reuse_store: bool, started: float
+    ) -> _CollectedRollouts:
+        """Sync: enqueue the step's rollouts (reusing those of an interrupted run) and wait for all of them."""
         wanted = self._step_requests(train_dataset, step)
         existing = await self._existing_rollouts(step) if reuse_store else {}
-        prefetched = self._prefetched.pop(step, {})
-        # Prefetched rollouts have been generating since the previous step enqueued them.
-        generation_started = self._prefetched_at.pop(step, started)
-        existing.update(prefetched)
-        ready = len(await self._finished_now(list(prefetched.values())))
         requests = {key: task for key, task in wanted.items() if key not in existing}
         enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
         rollout_keys = {**existing, **enqueued}
@@ -244,18 +303,9 @@ class GRPO(Algorithm):
             replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
             rollout_keys.update(replacements)
             finished.update(await self._wait(list(replacements.values())))
-        rollout_wait = time.perf_counter() - started
-        rollout_time = time.perf_counter() - generation_started
-        if cfg.async_rollouts and step + 1 < cfg.total_steps and step + 1 not in self._prefetched:
-            # Generation for the next step runs (on the current weights) while this step updates the policy.
-            upcoming = self._step_requests(train_dataset, step + 1)
-            self._prefetched_at[step + 1] = time.perf_counter()
-            self._prefetched[step + 1] = await self._enqueue(
-                upcoming, step + 1, mode="train", resources_id=_TRAIN_RESOURCES_ID
-            )
+        wait_s = time.perf_counter() - started
 
         groups: List[RolloutTriplets] = []
-        returns: List[float] = []
         failed = 0
         for (group, _k), rollout_id in rollout_keys.items():
             rollout = finished.get(rollout_id)
@@ -265,7 +315,135 @@ class GRPO(Algorithm):
             triplets, final_reward = await self._triplets(rollout_id)
             groups.append(RolloutTriplets(rollout_id, group, triplets, final_reward))
         counters: Dict[str, int] = {}
-        samples = samples_from_rollouts(
+        samples = self._samples(groups, counters)
+        if not samples:
+            raise RuntimeError(
+                f"GRPO step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
+                "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
+            )
+        return _CollectedRollouts(groups, samples, counters, len(rollout_keys), failed, wait_s, wait_s)
+
+    async def _collect_complete_groups(
+        self, train_dataset: Dataset[Any], step: int, reuse_store: bool, started: float
+    ) -> _CollectedRollouts:
+        """Async: wait until `min_complete_groups` pending groups are complete and usable, take every such
+        group (oldest first), and leave the groups still running pending for the next step."""
+        assert self.server is not None
+        cfg = self.config
+        tally = GroupTally(carried_in=sum(1 for group in self._pending.values() if group.step < step))
+        ready = len(await self._finished_now([r for g in self._pending.values() for r in g.rollout_ids.values()]))
+        existing = await self._existing_rollouts(step) if reuse_store else {}
+        missing = [slot for slot in range(cfg.batch_size) if (step, slot) not in self._pending]
+        await self._enqueue_groups(train_dataset, step, missing, existing)
+
+        quorum = cfg.min_complete_groups or cfg.batch_size
+        version = self.server.weights_version  # no update runs while a step collects
+        deadline = time.monotonic() + cfg.rollout_timeout_s
+        terminal: Dict[str, Rollout] = {}
+        taken: List[Tuple[GroupKey, List[RolloutTriplets], List[Sample]]] = []
+        consumed: List[PendingGroup] = []
+        counters: Dict[str, int] = {}
+        staleness: Dict[str, float] = {"samples_stale_dropped": 0.0}
+        failed = 0
+        while True:
+            running = [r for g in self._pending.values() for r in g.rollout_ids.values() if r not in terminal]
+            terminal.update({r.rollout_id: r for r in await self._finished_within(running, deadline)})
+            for group in [g for g in self._pending.values() if all(r in terminal for r in g.rollout_ids.values())]:
+                if await self._replace_failed_reused(group, terminal):
+                    continue
+                del self._pending[group.key]
+                consumed.append(group)
+                succeeded = [r for r in group.rollout_ids.values() if terminal[r].status == "succeeded"]
+                failed += len(group.rollout_ids) - len(succeeded)
+                if not succeeded:
+                    tally.failed += 1
+                    continue
+                members = [RolloutTriplets(r, group.key, *await self._triplets(r)) for r in succeeded]
+                samples, stats = drop_stale_groups(self._samples(members, counters), version, cfg.max_staleness)
+                dropped = stats.pop("groups_dropped_stale")
+                for key, value in stats.items():
+                    staleness[key] = staleness.get(key, 0.0) + value
+                if dropped:
+                    tally.dropped_stale += 1
+                else:
+                    taken.append((group.key, members, samples))
+            if len(taken) >= quorum or not self._pending or time.monotonic() >= deadline:
+                break
+        if self._pending and len(taken) < quorum:
+            logger.warning(
+                "GRPO step %d: %d of %d wanted groups complete within %.0f s; %d groups carried over",
+                step + 1,
+                len(taken),
+                quorum,
+                cfg.rollout_timeout_s,
+                len(self._pending),
+            )
+        tally.trained, tally.carried_over = len(taken), len(self._pending)
+        taken.sort(key=lambda item: item[0])  # oldest first
+        samples = [sample for _key, _members, group_samples in taken for sample in group_samples]
+        if not samples:
+            raise RuntimeError(
+                f"GRPO step {step + 1}: no training rows within rollout_timeout_s={cfg.rollout_timeout_s}: "
+                f"{tally.trained} complete groups without token ids, {tally.failed} failed, {tally.dropped_stale} "
+                f"more than max_staleness={cfg.max_staleness} updates old, {tally.carried_over} still running; check "
+                "that the agent calls the published LLM resource and the tracer records token ids, or raise "
+                "max_staleness / rollout_timeout_s"
+            )
+        now = time.perf_counter()
+        return _CollectedRollouts(
+            groups=[member for _key, members, _samples in taken for member in members],
+            samples=samples,
+            counters=counters,
+            rollouts=sum(len(group.rollout_ids) for group in consumed),
+            failed=failed,
+            generation_s=now - min((group.enqueued_at for group in consumed), default=started),
+            wait_s=now - started,
+            metrics={**staleness, **tally.as_metrics(), "rollouts_ready_at_step_start": float(ready)},
+        )
+
+    async def _prefetch(self, train_dataset: Dataset[Any], step: int) -> None:
+        """Async: enqueue the first groups of `step` so that `batch_size` groups are in flight during the
+        update; carried-over groups count, the step enqueues the rest of its batch when it begins."""
+        room = self.config.batch_size - len(self._pending)
+        await self._enqueue_groups(train_dataset, step, [s for s in range(room) if (step, s) not in self._pending], {})
+
+    async def _enqueue_groups(
+        self, train_dataset: Dataset[Any], step: int, slots: List[int], existing: Dict[Tuple[int, int], str]
+    ) -> None:
+        """Async: make the step's groups at `slots` pending, enqueuing the rollouts not in `existing`."""
+        if not slots:
+            return
+        tasks = [task for _index, task in self.tasks_for_step(train_dataset, step)]
+        size = self.config.group_size
+        requests = {(slot, k): tasks[slot] for slot in slots for k in range(size) if (slot, k) not in existing}
+        enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        rollout_ids = {**existing, **enqueued}
+        now = time.perf_counter()
+        for slot in slots:
+            self._pending[(step, slot)] = PendingGroup(
+                step,
+                slot,
+                tasks[slot],
+                {k: rollout_ids[(slot, k)] for k in range(size)},
+                enqueued_at=now,
+                reused={k for k in range(size) if (slot, k) in existing},
+            )
+
+    async def _replace_failed_reused(self, group: PendingGroup, terminal: Dict[str, Rollout]) -> bool:
+        """Rollouts reused from the store may have failed against the previous run's server: replace those
+        once. Returns whether the group got replacements (and so is running again)."""
+        failed = [k for k in sorted(group.reused) if _failed(terminal[group.rollout_ids[k]])]
+        group.reused.clear()
+        if not failed:
+            return False
+        requests = {(group.slot, k): group.task for k in failed}
+        replacements = await self._enqueue(requests, group.step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        group.rollout_ids.update({k: replacements[(group.slot, k)] for k in failed})
+        return True
+
+    def _samples(self, groups: List[RolloutTriplets], counters: Dict[str, int]) -> List[Sample]:
+        cfg = self.config
+        return samples_from_rollouts(
             groups,
             aggregation=cfg.aggregation,
             advantage_level=cfg.advantage_level,
@@ -280,52 +458,6 @@ class GRPO(Algorithm):
             stats=counters,
             role_of=self._role_of if cfg.roles else None,
         )
-        for group in groups:
-            rewards = [t.reward for t in group.triplets]
-            if group.final_reward is not None:
-                rewards = rewards[:-1] + [group.final_reward] if rewards else [group.final_reward]
-            returns.append(_total_reward(rewards, cfg.reward_fill_value))
-        if not samples:
-            raise RuntimeError(
-                f"GRPO step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
-                "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
-            )
-        staleness: Dict[str, float] = {}
-        if cfg.async_rollouts:
-            samples, staleness = self._drop_stale(samples, server.weights_version)
-            if not samples:
-                raise RuntimeError(
-                    f"GRPO step {step + 1}: every sample is more than max_staleness={cfg.max_staleness} updates "
-                    "old; raise max_staleness or check that the policy server reports its weights version"
-                )
-        response_tokens = sum(len(s.response_ids) for s in samples)
-        if cfg.skip_no_signal_updates and not _has_signal(samples, cfg):
-            assert self.learner is not None
-            metrics = self.learner.skip_step(samples)
-        else:
-            update = self._async_update if cfg.async_rollouts else self._locked_update
-            metrics = await asyncio.to_thread(update, samples)
-            metrics["update_skipped"] = 0.0
-        metrics.update(staleness)
-        if cfg.async_rollouts:
-            metrics["rollouts_ready_at_step_start"] = float(ready)
-        metrics.update(
-            {
-                "reward_mean": statistics.fmean(returns) if returns else 0.0,
-                "reward_std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
-                "rollouts": float(len(rollout_keys)),
-                "rollouts_failed": float(failed),
-                # From enqueue to the last finished rollout (enqueued a step early when prefetched).
-                "rollouts_per_s": len(rollout_keys) / rollout_time if rollout_time > 0 else 0.0,
-                "rollout_wait_s": rollout_wait,
-                "generation_tokens_per_s": response_tokens / rollout_time if rollout_time > 0 else 0.0,
-                "triplets_skipped": float(counters.get("skipped_triplets", 0)),
-                **_row_metrics(counters, samples, len(groups)),
-                "step_time_s": time.perf_counter() - started,
-                "weights_version": float(server.weights_version),
-            }
-        )
-        return metrics
 
     def _step_requests(self, train_dataset: Dataset[Any], step: int) -> Dict[Tuple[int, int], Any]:
         """The rollouts a step needs, keyed (group, sample): the group is the task's slot in the batch."""
@@ -340,20 +472,17 @@ class GRPO(Algorithm):
         except ValueError:
             return []
 
-    def _drop_stale(self, samples: List[Any], version: int) -> Tuple[List[Any], Dict[str, float]]:
-        """Samples at most `max_staleness` updates behind `version`, and the staleness histogram."""
-        kept: List[Any] = []
-        histogram: Dict[str, float] = {}
-        dropped = 0
-        for sample in samples:
-            behind = version - sample.policy_version if sample.policy_version is not None else 0
-            key = f"staleness_{behind}"
-            histogram[key] = histogram.get(key, 0.0) + 1.0
-            if behind > self.config.max_staleness:
-                dropped += 1
-            else:
-                kept.append(sample)
-        return kept, {**histogram, "samples_stale_dropped": float(dropped)}
+    async def _finished_within(self, rollout_ids: List[str], deadline: float) -> List[Rollout]:
+        """The rollouts terminal within `poll_interval` (sooner when all are, or at the `time.monotonic` deadline)."""
+        timeout = max(0.0, min(self.poll_interval, deadline - time.monotonic()))
+        if not rollout_ids:
+            return []
+        try:
+            return list(await self.get_store().wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout))
+        except ValueError:  # e.g. an HTTP client that refuses to block; poll instead
+            finished = await self._finished_now(rollout_ids)
+            await asyncio.sleep(timeout)
+            return finished
 
     def _async_update(self, samples: Sequence[Any]) -> Dict[str, float]:
         """Update the learner's weights while generation continues on the served copy, then swap them in."""
@@ -471,6 +600,13 @@ class GRPO(Algorithm):
 
 def _failed(rollout: Optional[Rollout]) -> bool:
     return rollout is not None and rollout.status in ("failed", "cancelled")
+
+
+def _rollout_return(rollout: RolloutTriplets, fill_value: float) -> float:
+    rewards = [t.reward for t in rollout.triplets]
+    if rollout.final_reward is not None:
+        rewards = rewards[:-1] + [rollout.final_reward] if rewards else [rollout.final_reward]
+    return _total_reward(rewards, fill_value)
 
 
 def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int) -> Dict[str, float]:

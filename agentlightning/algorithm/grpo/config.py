@@ -26,13 +26,21 @@ class GRPOConfig:
     max_new_tokens: int = 128
     """Completion length limit published to agents (`sampling_parameters["max_tokens"]`)."""
     rollout_timeout_s: float = 600.0
-    """How long a step waits for its rollouts; unfinished ones are dropped from the step."""
+    """How long a step waits for its rollouts; unfinished ones are dropped from the step (async: carried over)."""
     async_rollouts: bool = False
     """Bounded-staleness async: the next step's rollouts are generated while the learner updates. The
     policy server then serves its own copy of the weights, swapped after each update (pause, 429 +
     Retry-After to new requests, drain, swap, resume)."""
     max_staleness: int = 1
-    """Async: samples produced by a policy more than this many updates old are dropped (counted)."""
+    """Async: a group with a sample produced by a policy more than this many updates old is dropped whole
+    (counted in `groups_dropped_stale` and `samples_stale_dropped`)."""
+    min_complete_groups: Optional[int] = None
+    """Async: a step trains on complete groups only (every sibling rollout finished). It waits, at most
+    `rollout_timeout_s`, until this many of its pending groups (its own `batch_size` plus those carried
+    over from earlier steps) are complete and usable (not all failed, not stale), or until no group is
+    pending; then it trains on every usable complete group and carries the others over, their rollouts
+    still running (`groups_carried_over`). None: `batch_size`. A value below `batch_size` lets a step go
+    without its slowest groups."""
     is_ratio_cap: float = 2.0
     """Async: cap of the truncated importance weight pi_prox / pi_behaviour applied to every token."""
     val_interval: int = 0
@@ -130,6 +138,7 @@ class GRPOConfig:
             "turn_discount": 0 <= self.turn_discount <= 1,
             "step_advantage_weight": self.step_advantage_weight >= 0,
             "max_staleness": self.max_staleness >= 0,
+            "min_complete_groups": self.min_complete_groups is None or self.min_complete_groups >= 1,
             "is_ratio_cap": self.is_ratio_cap >= 1,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,

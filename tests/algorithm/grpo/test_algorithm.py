@@ -12,7 +12,7 @@ import torch
 from openai import AsyncOpenAI
 
 import agentlightning as agl
-from agentlightning.algorithm.grpo import GRPO, GRPOConfig, Sample, read_metrics
+from agentlightning.algorithm.grpo import GRPO, GRPOConfig, read_metrics
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import LLM
 from tests.support.tiny_model import tiny_model
@@ -205,12 +205,3 @@ def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_pat
     for previous, record in zip(algorithm.history[:-1], algorithm.history[1:], strict=True):
         generation_s = record["rollouts"] / record["rollouts_per_s"]
         assert generation_s >= record["rollout_wait_s"] + 0.5 * previous["train_time_s"]
-
-
-def test_samples_older_than_max_staleness_are_dropped_and_counted(tmp_path: Path) -> None:
-    model, tokenizer = tiny_model()
-    algorithm = GRPO(_config(tmp_path, async_rollouts=True, max_staleness=1), model=model, tokenizer=tokenizer)
-    samples = [Sample([1], [2], 0.0, policy_version=v) for v in (5, 4, 3, None)]
-    kept, stats = algorithm._drop_stale(samples, 5)  # type: ignore[reportPrivateUsage]
-    assert [s.policy_version for s in kept] == [5, 4, None]
-    assert stats == {"staleness_0": 2.0, "staleness_1": 1.0, "staleness_2": 1.0, "samples_stale_dropped": 1.0}
