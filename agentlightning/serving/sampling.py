@@ -17,7 +17,16 @@ from ._prefix_cache import PrefixCache, common_prefix_length
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SamplingParams", "GenerationRow", "TokenStep", "RowResult", "generate_rows", "kv_cache_keyword", "left_pad"]
+__all__ = [
+    "SamplingParams",
+    "GenerationRow",
+    "TokenStep",
+    "RowResult",
+    "generate_rows",
+    "kv_cache_keyword",
+    "last_logits_only",
+    "left_pad",
+]
 
 
 def kv_cache_keyword(model: Any) -> str:
@@ -35,7 +44,7 @@ def kv_cache_keyword(model: Any) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
-def _last_logits_only(model: Any) -> dict[str, int]:
+def last_logits_only(model: Any) -> dict[str, int]:
     """`logits_to_keep=1` where `model.forward` takes it: the vocabulary projection of the prompt's other
     positions is never used (it is about a fifth of the prefill's work for SmolLM2)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -177,7 +186,7 @@ def _encode_shared_prefix(
             position_ids=torch.arange(start, shared, device=device).unsqueeze(0),
             use_cache=True,
             **{cache_keyword: past},
-            **_last_logits_only(model),
+            **last_logits_only(model),
         )
         cache = getattr(out, cache_keyword, None)
         if not hasattr(cache, "batch_repeat_interleave"):  # not a transformers Cache: run without reuse
@@ -258,7 +267,7 @@ def _decode(
     results = [RowResult(token_ids=[], logprobs=[], finish_reason="length") for _ in rows]
     active = [True] * batch
     counts: Optional[torch.Tensor] = None
-    last_only = _last_logits_only(model)
+    last_only = last_logits_only(model)
     for _ in range(max(r.params.max_tokens for r in rows)):
         out = model(
             input_ids=input_ids,

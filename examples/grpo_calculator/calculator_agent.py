@@ -150,13 +150,21 @@ class Episode:
     final_text: Optional[str] = None
     llm_calls: int = 0
 
+    @property
+    def attempted_tool(self) -> bool:
+        """Whether the model tried the tool: a call (valid or not), or a `<tool_call>` it did not finish."""
+        return bool(self.tool_results) or "<tool_call>" in (self.final_text or "")
+
 
 def grade(task: CalcTask, episode: Episode) -> float:
     """1.0 for the exact answer; otherwise partial credit for the right steps (always < 1.0).
 
     - 0.5: the calculator was called with an expression whose value is the answer, but the reply is wrong;
     - 0.2: the calculator was called with a valid expression (another value);
-    - 0.1: no valid tool call, but the reply contains a number;
+    - 0.15: the model tried a tool call, but it was not valid (a format reward: it makes the first, mostly
+      malformed, attempts of the untrained model score above answering from memory, so GRPO has something
+      to reinforce before a valid call is ever sampled);
+    - 0.1: no tool call, but the reply contains a number;
     - 0.0: nothing usable.
     """
     answer = float(task["answer"])
@@ -168,6 +176,8 @@ def grade(task: CalcTask, episode: Episode) -> float:
         return 0.5
     if valid:
         return 0.2
+    if episode.attempted_tool:
+        return 0.15
     return 0.1 if reply is not None else 0.0
 
 
@@ -204,14 +214,24 @@ async def solve(task: CalcTask, client: AsyncOpenAI, model: str, sampling: Dict[
 
 
 def _run_tool(name: str, arguments: str) -> Optional[float]:
-    if name != "calculator":
-        return None
+    """The value of a calculator call, or None when the call is not one.
+
+    The agent has one tool, so it is lenient the way a forgiving tool layer is: a call under another name
+    ("math", "calc") or with its one argument under another key ({"operation": "12 * 7"}) still runs the
+    calculator, provided that argument is an arithmetic expression (a string, or a bare number).
+    """
+    del name  # the only tool
     try:
         parsed: Any = json.loads(arguments)
     except json.JSONDecodeError:
         return None
-    expression = parsed.get("expression") if isinstance(parsed, dict) else None  # type: ignore[reportUnknownMemberType]
-    return safe_eval(expression) if isinstance(expression, str) else None
+    if not isinstance(parsed, dict) or not parsed:
+        return None
+    values: List[Any] = list(parsed.values())  # type: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    expression = parsed.get("expression", values[0] if len(values) == 1 else None)  # type: ignore[reportUnknownMemberType]
+    if isinstance(expression, bool) or not isinstance(expression, (str, int, float)):
+        return None
+    return safe_eval(str(expression))
 
 
 @agl.rollout

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--n-runners", type=int, default=8, help="runner processes executing rollouts (more: larger decode batches)"
     )
     parser.add_argument("--batch-size", type=int, default=4, help="tasks per step")
-    parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (the GRPO group)")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (the GRPO group)")
     parser.add_argument("--lr", type=float, default=3e-5, help="learning rate (AdamW)")
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank; 0 trains all weights")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (train, sampled val)")
@@ -132,6 +132,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         gradient_accumulation_steps=max(1, -(-rows // micro) // max(1, args.optimizer_steps)),
         max_updates_per_batch=args.optimizer_steps,
         skip_no_signal_updates=True,  # a step whose groups all tie has nothing to teach: roll out again sooner
+        drop_tied_groups=True,  # train only on groups whose rollouts scored differently (the others add nothing)
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,

@@ -27,7 +27,7 @@ from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, Rol
 from ..base import Algorithm
 from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
-from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups
+from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups, drop_tied_groups
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_of_triplet, role_resource_name
 
@@ -260,13 +260,18 @@ class GRPO(Algorithm):
             batch = await self._collect_step(train_dataset, step, reuse_store, started)
         samples = batch.samples
         response_tokens = sum(len(s.response_ids) for s in samples)
-        if cfg.skip_no_signal_updates and not _has_signal(samples, cfg):
+        tied_dropped: Dict[str, float] = {}
+        if cfg.drop_tied_groups and not (cfg.kl_coef or cfg.entropy_coef):
+            samples, tied = drop_tied_groups(samples)
+            tied_dropped = {"groups_tied_dropped": float(tied), "rows_trained": float(len(samples))}
+        if not samples or (cfg.skip_no_signal_updates and not _has_signal(samples, cfg)):
             metrics = learner.skip_step(samples)
         else:
             update = self._async_update if cfg.async_rollouts else self._locked_update
             metrics = await asyncio.to_thread(update, samples)
             metrics["update_skipped"] = 0.0
         metrics.update(batch.metrics)
+        metrics.update(tied_dropped)
         returns = [_rollout_return(group, cfg.reward_fill_value) for group in batch.groups]
         generation_s = batch.generation_s
         metrics.update(
@@ -280,7 +285,7 @@ class GRPO(Algorithm):
                 "rollout_wait_s": batch.wait_s,
                 "generation_tokens_per_s": response_tokens / generation_s if generation_s > 0 else 0.0,
                 "triplets_skipped": float(batch.counters.get("skipped_triplets", 0)),
-                **_row_metrics(batch.counters, samples, len(batch.groups)),
+                **_row_metrics(batch.counters, batch.samples, len(batch.groups)),
                 "step_time_s": time.perf_counter() - started,
                 "weights_version": float(server.weights_version),
             }

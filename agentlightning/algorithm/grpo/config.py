@@ -81,8 +81,18 @@ class GRPOConfig:
     """Skip the learner update of a step in which every row's advantage is zero (all rewards equal within
     every group) and no KL or entropy term is set: its policy gradient is zero, so the forward/backward
     passes would only move the weights by AdamW's momentum and weight decay. Counted in `update_skipped`."""
+    drop_tied_groups: bool = False
+    """Train only on the rows of groups whose rollouts did not all tie (DAPO's dynamic-sampling filter). A
+    tied group's rows carry zero advantage: they add no policy gradient but cost forward/backward passes
+    and dilute the per-rollout loss average. Counted in `groups_tied_dropped`; a step left with no row
+    skips its update like `skip_no_signal_updates`. With `kl_coef` / `entropy_coef` set, tied rows would
+    still carry those terms, so they are kept."""
     micro_batch_size: int = 4
     """Samples per forward/backward pass."""
+    shared_prefix_min_tokens: int = 32
+    """When the rows of a micro-batch start with at least this many identical tokens (a system prompt,
+    few-shot turns, a group's prompt), that prefix goes through the model once and its KV cache serves
+    every row: the same logits and gradients for fewer FLOPs (see `algorithm/grpo/prefix.py`). 0: off."""
     gradient_accumulation_steps: Optional[int] = None
     """Micro-batches per optimizer step; None accumulates the whole batch into one step per epoch."""
     clip_eps_low: float = 0.2
@@ -139,6 +149,7 @@ class GRPOConfig:
             "step_advantage_weight": self.step_advantage_weight >= 0,
             "max_staleness": self.max_staleness >= 0,
             "min_complete_groups": self.min_complete_groups is None or self.min_complete_groups >= 1,
+            "shared_prefix_min_tokens": self.shared_prefix_min_tokens >= 0,
             "is_ratio_cap": self.is_ratio_cap >= 1,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,

@@ -1,4 +1,5 @@
-"""Async GRPO: the groups in flight between steps, and the rule that drops a stale group whole.
+"""GRPO groups: those in flight between async steps, the rule that drops a stale group whole, and the
+filter that drops tied groups.
 
 With `async_rollouts=True` a step trains only on complete GRPO groups (every sibling rollout terminal);
 a group whose siblings are still running stays pending and is carried over to the next step. A group is
@@ -13,7 +14,7 @@ from typing import Any, Dict, Hashable, List, Sequence, Set, Tuple
 
 from .batch import Sample
 
-__all__ = ["GroupKey", "PendingGroup", "GroupTally", "drop_stale_groups"]
+__all__ = ["GroupKey", "PendingGroup", "GroupTally", "drop_stale_groups", "drop_tied_groups"]
 
 GroupKey = Tuple[int, int]
 """(step, slot): the step whose `tasks_for_step` batch the group belongs to, and the task's place in it."""
@@ -86,3 +87,20 @@ def drop_stale_groups(
         "samples_stale_dropped": float(len(samples) - len(kept)),
         "groups_dropped_stale": float(len(stale)),
     }
+
+
+def _has_advantage(sample: Sample, tolerance: float) -> bool:
+    advantages = sample.token_advantages if sample.token_advantages is not None else [sample.advantage]
+    return any(abs(a) > tolerance for a in advantages)
+
+
+def drop_tied_groups(samples: Sequence[Sample], tolerance: float = 1e-6) -> Tuple[List[Sample], int]:
+    """The samples of groups in which some row has a nonzero advantage, and how many groups were dropped.
+
+    A group whose rollouts all earned the same return (and, with step credit, whose turns all tie too)
+    has zero advantage on every token: it adds nothing to the policy gradient. The tolerance absorbs the
+    rounding of a group mean (a mean of 0.1s is not exactly 0.1), far below any real reward difference.
+    """
+    informative = {s.group_id for s in samples if _has_advantage(s, tolerance)}
+    groups = {s.group_id for s in samples}
+    return [s for s in samples if s.group_id in informative], len(groups - informative)

@@ -19,6 +19,7 @@ from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
 from .batch import Sample, collate, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import grpo_loss, token_logprobs
+from .prefix import forward_logits
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +63,7 @@ class GRPOLearner:
         self.tokenizer = tokenizer
         self.pad_token_id = int(tokenizer.pad_token_id)  # type: ignore[arg-type]
         self.device = resolve_device(config.device)
+        self._cache_keyword: Optional[str] = None
         torch.manual_seed(config.seed)
         model.to(self.device)
         self.policy: torch.nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
@@ -137,12 +139,25 @@ class GRPOLearner:
                 for start in range(0, len(samples), self.config.micro_batch_size):
                     batch = collate(samples[start : start + self.config.micro_batch_size], self.pad_token_id)
                     batch = batch.to(self.device)
-                    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                    logits = self._logits(model, batch.input_ids, batch.attention_mask)
                     logprobs, _ = token_logprobs(logits, batch.input_ids, self.config.temperature)
                     values.extend(batch.response_values(logprobs))
         finally:
             model.train(was_training)
         return values
+
+    def _logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        from ...serving.sampling import kv_cache_keyword
+
+        if self._cache_keyword is None:
+            self._cache_keyword = kv_cache_keyword(model)
+        return forward_logits(
+            model,
+            input_ids,
+            attention_mask,
+            min_shared_tokens=self.config.shared_prefix_min_tokens,
+            cache_keyword=self._cache_keyword,
+        )
 
     # Update ------------------------------------------------------------------------------------------
 
@@ -259,7 +274,7 @@ class GRPOLearner:
                         batch = collate(
                             [prepared[i] for i in indices], self.pad_token_id, [weights[i] for i in indices]
                         ).to(self.device)
-                        logits = self.policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+                        logits = self._logits(self.policy, batch.input_ids, batch.attention_mask)
                         if cfg.entropy_coef:
                             logprobs, entropy = token_logprobs(
                                 logits, batch.input_ids, cfg.temperature, with_entropy=True

@@ -118,6 +118,34 @@ def test_a_step_with_signal_updates_when_skipping_is_on(tmp_path: Path) -> None:
     assert record["reward_std"] > 0 and record["update_skipped"] == 0.0 and record["weights_version"] == 1
 
 
+@agl.rollout
+async def half_tied_agent(task: dict[str, Any], llm: LLM) -> float:
+    """Rewards vowels on question 0 and nothing else: the other tasks' groups all tie."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+    response = await client.chat.completions.create(
+        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
+    )
+    return vowel_fraction(response.choices[0].message.content or "") if task["question"] == "question 0" else 0.1
+
+
+def test_drop_tied_groups_trains_only_the_groups_whose_rewards_differ(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, batch_size=4, total_steps=1, drop_tied_groups=True, checkpoint_dir=None)
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=InMemoryLightningStore(),
+        runner={"poll_interval": 0.05},
+        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
+    )
+    trainer.fit(half_tied_agent, train_dataset=TASKS)
+
+    [record] = algorithm.history
+    # Step 1 covers all 4 tasks; only question 0's group has a reward spread (tiny-model text varies).
+    assert record["rows"] == 16 and record["groups_tied_dropped"] == 3
+    assert record["rows_trained"] == record["samples"] == 4 and record["update_skipped"] == 0.0
+
+
 class CrashingGRPO(GRPO):
     """Dies in the update of step 2, after that step's rollouts finished (a crash mid-training)."""
 

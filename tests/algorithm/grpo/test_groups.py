@@ -13,7 +13,7 @@ from openai import AsyncOpenAI
 
 import agentlightning as agl
 from agentlightning.algorithm.grpo import GRPO, GRPOConfig, Sample
-from agentlightning.algorithm.grpo.groups import drop_stale_groups
+from agentlightning.algorithm.grpo.groups import drop_stale_groups, drop_tied_groups
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import LLM
 
@@ -33,6 +33,19 @@ def test_a_group_with_a_sample_older_than_max_staleness_is_dropped_whole() -> No
     assert drop_stale_groups(samples, version=5, max_staleness=2)[0] == samples
     with pytest.raises(ValueError, match="min_complete_groups=0"):
         GRPOConfig(min_complete_groups=0)
+
+
+def test_tied_groups_are_dropped_and_a_group_with_any_advantage_is_kept_whole() -> None:
+    samples = [
+        Sample([1], [2], 1e-9, group_id="tied"),  # a mean of 0.1s is not exactly 0.1: rounding, still a tie
+        Sample([1], [2], -1e-9, group_id="tied"),
+        Sample([1], [2], 0.0, group_id="signal"),  # the middle rollout of a group with a spread
+        Sample([1], [2], 1.2, group_id="signal"),
+        Sample([1], [2, 3], 0.0, group_id="step-credit", token_advantages=[0.0, 0.4]),  # only a turn differs
+    ]
+    kept, dropped = drop_tied_groups(samples)
+    assert [s.group_id for s in kept] == ["signal", "signal", "step-credit"] and dropped == 1
+    assert drop_tied_groups(samples[:2]) == ([], 1)
 
 
 RELEASE = threading.Event()

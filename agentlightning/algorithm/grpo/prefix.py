@@ -1,0 +1,67 @@
+"""Training forward passes that encode a micro-batch's shared prompt prefix once.
+
+The rows of a GRPO micro-batch usually start with the same tokens: the system prompt, few-shot turns, a
+group's common prompt. A plain forward pass encodes that prefix once per row. Here it goes through the
+model once (batch 1); its KV cache, repeated per row, serves the rest of every row. Logits and gradients
+are those of the plain pass up to float rounding (the prefix's activations feed every row, so their
+gradients add up the same way), at a fraction of the FLOPs when the prefix is most of each row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["shared_prefix_length", "forward_logits"]
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """Tokens every row of a right-padded batch starts with, leaving each row at least one more token."""
+    if input_ids.shape[0] == 0:
+        return 0
+    same = (input_ids == input_ids[:1]).all(dim=0).long()
+    shared = int(same.cumprod(dim=0).sum().item())
+    shortest = int(attention_mask.sum(dim=1).min().item())
+    return max(0, min(shared, shortest - 1))
+
+
+def forward_logits(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, min_shared_tokens: int, cache_keyword: str
+) -> torch.Tensor:
+    """`[B, W, V]` logits of a right-padded batch; a shared prefix of at least `min_shared_tokens` is encoded once.
+
+    Only the logits from the prefix's last position on are computed; those of earlier prefix positions
+    (which predict prompt tokens, never trained) are zeros. A model whose cache cannot be repeated per
+    row (not a transformers `Cache`) gets the plain forward pass.
+    """
+    import torch
+
+    from ...serving.sampling import last_logits_only
+
+    batch, width = input_ids.shape
+    shared = shared_prefix_length(input_ids, attention_mask) if batch > 1 and min_shared_tokens > 0 else 0
+    if shared < max(1, min_shared_tokens):
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+    head = model(
+        input_ids=input_ids[:1, :shared],
+        attention_mask=attention_mask[:1, :shared],
+        use_cache=True,
+        **last_logits_only(model),
+    )
+    cache = getattr(head, cache_keyword, None)
+    if not hasattr(cache, "batch_repeat_interleave"):
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+    cache.batch_repeat_interleave(batch)  # type: ignore[union-attr]  # repeat_interleave: differentiable
+    positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(batch, -1)
+    tail = model(
+        input_ids=input_ids[:, shared:],
+        attention_mask=attention_mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_keyword: cache},
+    ).logits
+    last = head.logits[:, -1:, :].expand(batch, 1, -1)
+    skipped = tail.new_zeros((batch, shared - 1, tail.shape[-1]))
+    return torch.cat([skipped, last, tail], dim=1)

@@ -1,0 +1,115 @@
+"""A micro-batch's shared prompt prefix, encoded once, gives the plain forward pass's logits and gradients."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import pytest
+import torch
+
+from agentlightning.algorithm.grpo import GRPOConfig, GRPOLearner, Sample
+from agentlightning.algorithm.grpo.batch import collate
+from agentlightning.algorithm.grpo.loss import token_logprobs
+from agentlightning.algorithm.grpo.prefix import forward_logits, shared_prefix_length
+from agentlightning.serving.sampling import kv_cache_keyword
+from tests.support.tiny_model import tiny_model
+
+pytestmark = pytest.mark.train
+
+PREFIX = [1] + [random.Random(3).randrange(3, 300) for _ in range(47)]  # a "system prompt" of 48 tokens
+
+
+def _samples() -> list[Sample]:
+    rng = random.Random(0)
+    return [
+        Sample(
+            prompt_ids=PREFIX + [rng.randrange(3, 300) for _ in range(rng.randrange(0, 7))],
+            response_ids=[rng.randrange(3, 300) for _ in range(rng.randrange(1, 9))],
+            advantage=rng.choice([-1.0, 0.5, 1.0]),
+        )
+        for _ in range(6)
+    ]
+
+
+def test_the_shared_prefix_stops_at_the_first_difference_and_leaves_every_row_a_token() -> None:
+    ids = torch.tensor([[1, 5, 6, 7, 0], [1, 5, 6, 8, 9], [1, 5, 6, 7, 3]])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert shared_prefix_length(ids, mask) == 3
+    assert shared_prefix_length(ids[[0, 2]], mask[[0, 2]]) == 3  # rows 0 and 2 share 4, but row 0 has only 4
+    assert shared_prefix_length(ids[:1], mask[:1]) == 3
+    assert shared_prefix_length(torch.tensor([[2, 5], [1, 5]]), torch.ones(2, 2, dtype=torch.long)) == 0
+
+
+def _response_logprobs(model: Any, samples: list[Sample], min_shared: int) -> tuple[torch.Tensor, torch.Tensor]:
+    batch = collate(samples, pad_token_id=0)
+    logits = forward_logits(
+        model,
+        batch.input_ids,
+        batch.attention_mask,
+        min_shared_tokens=min_shared,
+        cache_keyword=kv_cache_keyword(model),
+    )
+    logprobs, _ = token_logprobs(logits, batch.input_ids)
+    return logprobs, batch.response_mask
+
+
+def test_logits_and_gradients_match_the_plain_forward_pass() -> None:
+    model, _ = tiny_model(seed=1)
+    samples = _samples()
+    shared, mask = _response_logprobs(model, samples, min_shared=16)
+    plain, mask_plain = _response_logprobs(model, samples, min_shared=0)
+    assert torch.equal(mask, mask_plain) and mask.sum() > 20
+    torch.testing.assert_close(shared * mask, plain * mask, rtol=1e-5, atol=1e-5)
+
+    grads = []
+    for min_shared in (16, 0):
+        model.zero_grad(set_to_none=True)
+        logprobs, mask = _response_logprobs(model, samples, min_shared)
+        (logprobs * mask).sum().backward()
+        grads.append({name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 5
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_prefix_shorter_than_the_minimum_takes_the_plain_pass() -> None:
+    model, _ = tiny_model(seed=1)
+    samples = _samples()
+    calls: list[int] = []
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["input_ids"].shape[1])
+        return original(*args, **kwargs)
+
+    model.forward = counting  # type: ignore[method-assign]
+    batch = collate(samples, pad_token_id=0)
+    forward_logits(
+        model, batch.input_ids, batch.attention_mask, min_shared_tokens=49, cache_keyword=kv_cache_keyword(model)
+    )
+    assert calls == [batch.input_ids.shape[1]]  # one pass over the whole width
+    calls.clear()
+    forward_logits(
+        model, batch.input_ids, batch.attention_mask, min_shared_tokens=48, cache_keyword=kv_cache_keyword(model)
+    )
+    assert calls == [48, batch.input_ids.shape[1] - 48]  # the prefix once, then every row's rest
+
+
+def test_a_learner_step_with_prefix_sharing_updates_the_weights_like_one_without() -> None:
+    model, tokenizer = tiny_model(seed=2)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    results = []
+    for min_shared in (32, 0):
+        config = GRPOConfig(learning_rate=1e-2, micro_batch_size=3, device="cpu", shared_prefix_min_tokens=min_shared)
+        learner = GRPOLearner(copy.deepcopy(model), tokenizer, config)
+        metrics = learner.step(_samples())
+        results.append(({n: p.detach().clone() for n, p in learner.policy.named_parameters()}, metrics))
+    (shared, shared_metrics), (plain, plain_metrics) = results
+    assert shared_metrics["loss"] == pytest.approx(plain_metrics["loss"], rel=1e-4, abs=1e-6)
+    # Adam divides by the gradient's running RMS, which turns rounding in near-zero gradients into visible
+    # steps: compare the whole update instead of each weight.
+    moved = torch.cat([(plain[n] - start[n]).flatten() for n in start])
+    apart = torch.cat([(shared[n] - plain[n]).flatten() for n in start])
+    assert moved.norm() > 0.1 and apart.norm() / moved.norm() < 1e-4
