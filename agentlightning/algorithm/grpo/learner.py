@@ -13,13 +13,13 @@ from collections import defaultdict
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
-from .batch import Sample, collate, rollout_row_weights, truncate_sample
+from .batch import Sample, TokenBatch, collate, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import grpo_loss, token_logprobs
-from .prefix import forward_logits
+from .prefix import forward_logits, pad_left
 
 if TYPE_CHECKING:
     import torch
@@ -139,22 +139,25 @@ class GRPOLearner:
                 for start in range(0, len(samples), self.config.micro_batch_size):
                     batch = collate(samples[start : start + self.config.micro_batch_size], self.pad_token_id)
                     batch = batch.to(self.device)
-                    logits = self._logits(model, batch.input_ids, batch.attention_mask)
-                    logprobs, _ = token_logprobs(logits, batch.input_ids, self.config.temperature)
+                    logits, offset = self._logits(model, batch)
+                    logprobs, _ = token_logprobs(logits, batch.input_ids[:, offset:], self.config.temperature)
+                    logprobs = pad_left(logprobs, offset)
                     values.extend(batch.response_values(logprobs))
         finally:
             model.train(was_training)
         return values
 
-    def _logits(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def _logits(self, model: Any, batch: TokenBatch) -> Tuple[torch.Tensor, int]:
+        """`(logits, offset)` of a micro-batch, its shared prompt prefix encoded once (see `prefix.py`)."""
         from ...serving.sampling import kv_cache_keyword
 
         if self._cache_keyword is None:
             self._cache_keyword = kv_cache_keyword(model)
         return forward_logits(
             model,
-            input_ids,
-            attention_mask,
+            batch.input_ids,
+            batch.attention_mask,
+            max_shared=min(batch.prompt_lengths),
             min_shared_tokens=self.config.shared_prefix_min_tokens,
             cache_keyword=self._cache_keyword,
         )
@@ -274,17 +277,17 @@ class GRPOLearner:
                         batch = collate(
                             [prepared[i] for i in indices], self.pad_token_id, [weights[i] for i in indices]
                         ).to(self.device)
-                        logits = self._logits(self.policy, batch.input_ids, batch.attention_mask)
+                        # Logits from the micro-batch's shared prompt prefix on (`offset`; 0 without one).
+                        logits, offset = self._logits(self.policy, batch)
+                        ids = batch.input_ids[:, offset:]
                         if cfg.entropy_coef:
-                            logprobs, entropy = token_logprobs(
-                                logits, batch.input_ids, cfg.temperature, with_entropy=True
-                            )
+                            logprobs, entropy = token_logprobs(logits, ids, cfg.temperature, with_entropy=True)
                         else:
-                            logprobs, _ = token_logprobs(logits, batch.input_ids, cfg.temperature)
+                            logprobs, _ = token_logprobs(logits, ids, cfg.temperature)
                             with torch.no_grad():
-                                _, entropy = token_logprobs(
-                                    logits.detach(), batch.input_ids, cfg.temperature, with_entropy=True
-                                )
+                                _, entropy = token_logprobs(logits.detach(), ids, cfg.temperature, with_entropy=True)
+                        logprobs = pad_left(logprobs, offset)
+                        entropy = pad_left(entropy, offset) if entropy is not None else None
                         out = grpo_loss(
                             logprobs,
                             batch.old_logprobs,

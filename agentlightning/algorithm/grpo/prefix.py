@@ -9,12 +9,12 @@ gradients add up the same way), at a fraction of the FLOPs when the prefix is mo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Tuple
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["shared_prefix_length", "forward_logits"]
+__all__ = ["shared_prefix_length", "forward_logits", "pad_left"]
 
 
 def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -28,22 +28,32 @@ def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) 
 
 
 def forward_logits(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, min_shared_tokens: int, cache_keyword: str
-) -> torch.Tensor:
-    """`[B, W, V]` logits of a right-padded batch; a shared prefix of at least `min_shared_tokens` is encoded once.
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_shared: int,
+    min_shared_tokens: int,
+    cache_keyword: str,
+) -> Tuple[torch.Tensor, int]:
+    """`(logits, offset)`: the logits of positions `offset..W-1` of a right-padded batch (`[B, W - offset, V]`).
 
-    Only the logits from the prefix's last position on are computed; those of earlier prefix positions
-    (which predict prompt tokens, never trained) are zeros. A model whose cache cannot be repeated per
-    row (not a transformers `Cache`) gets the plain forward pass.
+    When the rows share a prefix of at least `min_shared_tokens` tokens (counting at most `max_shared`: the
+    shortest prompt, so no response token is ever inside it), the prefix is encoded once and `offset` is
+    its last position; earlier positions only predict prompt tokens, which are never trained. Otherwise,
+    or for a model whose cache cannot be repeated per row (not a transformers `Cache`), this is the plain
+    forward pass and `offset` is 0.
     """
     import torch
 
     from ...serving.sampling import last_logits_only
 
     batch, width = input_ids.shape
-    shared = shared_prefix_length(input_ids, attention_mask) if batch > 1 and min_shared_tokens > 0 else 0
+    shared = 0
+    if batch > 1 and min_shared_tokens > 0:
+        shared = min(shared_prefix_length(input_ids, attention_mask), max_shared)
     if shared < max(1, min_shared_tokens):
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits, 0
     head = model(
         input_ids=input_ids[:1, :shared],
         attention_mask=attention_mask[:1, :shared],
@@ -52,7 +62,7 @@ def forward_logits(
     )
     cache = getattr(head, cache_keyword, None)
     if not hasattr(cache, "batch_repeat_interleave"):
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits, 0
     cache.batch_repeat_interleave(batch)  # type: ignore[union-attr]  # repeat_interleave: differentiable
     positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(batch, -1)
     tail = model(
@@ -62,6 +72,11 @@ def forward_logits(
         use_cache=True,
         **{cache_keyword: cache},
     ).logits
-    last = head.logits[:, -1:, :].expand(batch, 1, -1)
-    skipped = tail.new_zeros((batch, shared - 1, tail.shape[-1]))
-    return torch.cat([skipped, last, tail], dim=1)
+    return torch.cat([head.logits[:, -1:, :].expand(batch, 1, -1), tail], dim=1), shared - 1
+
+
+def pad_left(values: torch.Tensor, offset: int) -> torch.Tensor:
+    """`[B, W - offset]` per-position values (from `forward_logits`' logits) back to `[B, W]`, zeros first."""
+    import torch
+
+    return torch.nn.functional.pad(values, (offset, 0)) if offset else values

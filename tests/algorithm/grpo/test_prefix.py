@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from agentlightning.algorithm.grpo import GRPOConfig, GRPOLearner, Sample
 from agentlightning.algorithm.grpo.batch import collate
 from agentlightning.algorithm.grpo.loss import token_logprobs
-from agentlightning.algorithm.grpo.prefix import forward_logits, shared_prefix_length
+from agentlightning.algorithm.grpo.prefix import forward_logits, pad_left, shared_prefix_length
 from agentlightning.serving.sampling import kv_cache_keyword
 from tests.support.tiny_model import tiny_model
 
@@ -44,20 +45,24 @@ def test_the_shared_prefix_stops_at_the_first_difference_and_leaves_every_row_a_
 
 def _response_logprobs(model: Any, samples: list[Sample], min_shared: int) -> tuple[torch.Tensor, torch.Tensor]:
     batch = collate(samples, pad_token_id=0)
-    logits = forward_logits(
+    logits, offset = forward_logits(
         model,
         batch.input_ids,
         batch.attention_mask,
+        max_shared=min(batch.prompt_lengths),
         min_shared_tokens=min_shared,
         cache_keyword=kv_cache_keyword(model),
     )
-    logprobs, _ = token_logprobs(logits, batch.input_ids)
-    return logprobs, batch.response_mask
+    logprobs, _ = token_logprobs(logits, batch.input_ids[:, offset:])
+    return pad_left(logprobs, offset), batch.response_mask
 
 
-def test_logits_and_gradients_match_the_plain_forward_pass() -> None:
+@pytest.mark.parametrize("rows", ["varied", "same-prompt"])
+def test_logits_and_gradients_match_the_plain_forward_pass(rows: str) -> None:
     model, _ = tiny_model(seed=1)
     samples = _samples()
+    if rows == "same-prompt":  # a group's rows: one prompt, responses that start alike (never in the prefix)
+        samples = [replace(s, prompt_ids=samples[0].prompt_ids, response_ids=[7, 8] + s.response_ids) for s in samples]
     shared, mask = _response_logprobs(model, samples, min_shared=16)
     plain, mask_plain = _response_logprobs(model, samples, min_shared=0)
     assert torch.equal(mask, mask_plain) and mask.sum() > 20
@@ -86,15 +91,20 @@ def test_a_prefix_shorter_than_the_minimum_takes_the_plain_pass() -> None:
 
     model.forward = counting  # type: ignore[method-assign]
     batch = collate(samples, pad_token_id=0)
-    forward_logits(
-        model, batch.input_ids, batch.attention_mask, min_shared_tokens=49, cache_keyword=kv_cache_keyword(model)
-    )
-    assert calls == [batch.input_ids.shape[1]]  # one pass over the whole width
-    calls.clear()
-    forward_logits(
-        model, batch.input_ids, batch.attention_mask, min_shared_tokens=48, cache_keyword=kv_cache_keyword(model)
-    )
-    assert calls == [48, batch.input_ids.shape[1] - 48]  # the prefix once, then every row's rest
+    keyword = kv_cache_keyword(model)
+    width = batch.input_ids.shape[1]
+    for min_shared, expected_calls, expected_offset in ((49, [width], 0), (48, [48, width - 48], 47)):
+        calls.clear()
+        _, offset = forward_logits(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            max_shared=60,
+            min_shared_tokens=min_shared,
+            cache_keyword=keyword,
+        )
+        # 49: one pass over the whole width; 48: the prefix once, then every row's rest.
+        assert calls == expected_calls and offset == expected_offset
 
 
 def test_a_learner_step_with_prefix_sharing_updates_the_weights_like_one_without() -> None:
