@@ -27,7 +27,7 @@ from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, Rol
 from ..base import Algorithm
 from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
-from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups, drop_tied_groups
+from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups, drop_tied_groups, has_advantage
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_of_triplet, role_resource_name
 
@@ -645,8 +645,4 @@ def _has_signal(samples: Sequence[Any], config: GRPOConfig) -> bool:
     """
     if config.kl_coef or config.entropy_coef:
         return True
-    for sample in samples:
-        advantages = sample.token_advantages if sample.token_advantages is not None else [sample.advantage]
-        if any(abs(a) > 1e-6 for a in advantages):
-            return True
-    return False
+    return any(has_advantage(sample) for sample in samples)

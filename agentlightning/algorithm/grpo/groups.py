@@ -14,7 +14,7 @@ from typing import Any, Dict, Hashable, List, Sequence, Set, Tuple
 
 from .batch import Sample
 
-__all__ = ["GroupKey", "PendingGroup", "GroupTally", "drop_stale_groups", "drop_tied_groups"]
+__all__ = ["GroupKey", "PendingGroup", "GroupTally", "drop_stale_groups", "drop_tied_groups", "has_advantage"]
 
 GroupKey = Tuple[int, int]
 """(step, slot): the step whose `tasks_for_step` batch the group belongs to, and the task's place in it."""
@@ -89,7 +89,8 @@ def drop_stale_groups(
     }
 
 
-def _has_advantage(sample: Sample, tolerance: float) -> bool:
+def has_advantage(sample: Sample, tolerance: float = 1e-6) -> bool:
+    """Whether some token of the row has a nonzero advantage (beyond the rounding of a group mean)."""
     advantages = sample.token_advantages if sample.token_advantages is not None else [sample.advantage]
     return any(abs(a) > tolerance for a in advantages)
 
@@ -101,6 +102,6 @@ def drop_tied_groups(samples: Sequence[Sample], tolerance: float = 1e-6) -> Tupl
     has zero advantage on every token: it adds nothing to the policy gradient. The tolerance absorbs the
     rounding of a group mean (a mean of 0.1s is not exactly 0.1), far below any real reward difference.
     """
-    informative = {s.group_id for s in samples if _has_advantage(s, tolerance)}
+    informative = {s.group_id for s in samples if has_advantage(s, tolerance)}
     groups = {s.group_id for s in samples}
     return [s for s in samples if s.group_id in informative], len(groups - informative)

@@ -26,23 +26,28 @@ def vowel_fraction(text: str) -> float:
     return sum(c in "aeiou" for c in text) / max(1, len(text))
 
 
-@agl.rollout
-async def vowel_agent(task: dict[str, Any], llm: LLM) -> float:
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+async def ask(task: dict[str, Any], llm: LLM, max_retries: int = 0) -> str:
+    """The policy's answer to the task's question (retries ride out the server's 429s during a swap)."""
+    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=max_retries)
     response = await client.chat.completions.create(
         model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
     )
-    return vowel_fraction(response.choices[0].message.content or "")
+    return response.choices[0].message.content or ""
 
 
-def _fit(algorithm: GRPO, store: InMemoryLightningStore, val: bool = False) -> None:
+@agl.rollout
+async def vowel_agent(task: dict[str, Any], llm: LLM) -> float:
+    return vowel_fraction(await ask(task, llm))
+
+
+def _fit(algorithm: GRPO, store: InMemoryLightningStore, val: bool = False, agent: Any = vowel_agent) -> None:
     trainer = agl.Trainer(
         algorithm=algorithm,
         store=store,
         runner={"poll_interval": 0.05},
         strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
     )
-    trainer.fit(vowel_agent, train_dataset=TASKS, val_dataset=TASKS[:2] if val else None)
+    trainer.fit(agent, train_dataset=TASKS, val_dataset=TASKS[:2] if val else None)
 
 
 def _config(tmp_path: Path, **overrides: Any) -> GRPOConfig:
@@ -82,10 +87,7 @@ def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Pat
 @agl.rollout
 async def indifferent_agent(task: dict[str, Any], llm: LLM) -> float:
     """Calls the policy and rewards every answer the same: no rollout is better than its group."""
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
-    await client.chat.completions.create(
-        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
-    )
+    await ask(task, llm)
     return 0.1
 
 
@@ -93,13 +95,7 @@ def test_a_step_without_signal_skips_the_update_but_counts_and_checkpoints(tmp_p
     model, tokenizer = tiny_model()
     before = [p.detach().clone() for p in model.parameters()]
     algorithm = GRPO(_config(tmp_path, skip_no_signal_updates=True), model=model, tokenizer=tokenizer)
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        store=InMemoryLightningStore(),
-        runner={"poll_interval": 0.05},
-        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
-    )
-    trainer.fit(indifferent_agent, train_dataset=TASKS)
+    _fit(algorithm, InMemoryLightningStore(), agent=indifferent_agent)
 
     assert [r["step"] for r in algorithm.history] == [1, 2]
     for record in algorithm.history:
@@ -121,24 +117,15 @@ def test_a_step_with_signal_updates_when_skipping_is_on(tmp_path: Path) -> None:
 @agl.rollout
 async def half_tied_agent(task: dict[str, Any], llm: LLM) -> float:
     """Rewards vowels on question 0 and nothing else: the other tasks' groups all tie."""
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
-    response = await client.chat.completions.create(
-        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
-    )
-    return vowel_fraction(response.choices[0].message.content or "") if task["question"] == "question 0" else 0.1
+    text = await ask(task, llm)
+    return vowel_fraction(text) if task["question"] == "question 0" else 0.1
 
 
 def test_drop_tied_groups_trains_only_the_groups_whose_rewards_differ(tmp_path: Path) -> None:
     model, tokenizer = tiny_model()
     config = _config(tmp_path, batch_size=4, total_steps=1, drop_tied_groups=True, checkpoint_dir=None)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        store=InMemoryLightningStore(),
-        runner={"poll_interval": 0.05},
-        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
-    )
-    trainer.fit(half_tied_agent, train_dataset=TASKS)
+    _fit(algorithm, InMemoryLightningStore(), agent=half_tied_agent)
 
     [record] = algorithm.history
     # Step 1 covers all 4 tasks; only question 0's group has a reward spread (tiny-model text varies).
@@ -198,24 +185,14 @@ def test_config_overrides_and_validation(tmp_path: Path) -> None:
 @agl.rollout
 async def patient_vowel_agent(task: dict[str, Any], llm: LLM) -> float:
     """`vowel_agent` whose client retries: it rides out the policy server's 429s while weights are swapped."""
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=8)
-    response = await client.chat.completions.create(
-        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
-    )
-    return vowel_fraction(response.choices[0].message.content or "")
+    return vowel_fraction(await ask(task, llm, max_retries=8))
 
 
 def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_path: Path) -> None:
     model, tokenizer = tiny_model()
     config = _config(tmp_path, total_steps=3, async_rollouts=True, max_staleness=1, checkpoint_dir=None)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        store=InMemoryLightningStore(),
-        runner={"poll_interval": 0.05},
-        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
-    )
-    trainer.fit(patient_vowel_agent, train_dataset=TASKS)
+    _fit(algorithm, InMemoryLightningStore(), agent=patient_vowel_agent)
 
     assert [record["step"] for record in algorithm.history] == [1, 2, 3]
     assert algorithm.server is not None and algorithm.learner is not None
