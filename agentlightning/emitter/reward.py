@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, TypeVar, Union, cast
@@ -44,8 +45,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _as_reward_value(value: Any, what: str) -> float:
+    """The reward as a float; NaN and infinity are refused, since no algorithm can learn from them."""
     if isinstance(value, (bool, int, float)):
-        return float(value)
+        reward = float(value)
+        if not math.isfinite(reward):
+            raise ValueError(
+                f"{what} must be a finite number, got {reward!r}: no reward span is recorded. Return or emit a "
+                "finite value (or None to record no reward); a runner fails the attempt with this error"
+            )
+        return reward
     raise TypeError(f"{what} must be a number (float, int or bool), got {value!r} ({type(value).__name__})")
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from pydantic import BaseModel
 
 from agentlightning.types.core import (
     EnqueueRolloutRequest,
@@ -22,6 +24,7 @@ from agentlightning.types.core import (
 )
 from agentlightning.types.tracer import Span
 
+from ._finite import check_finite, check_finite_number, encode_non_finite, finite_span
 from .base import is_unset
 from .utils import (
     check_attempt_status,
@@ -38,6 +41,7 @@ from .utils import (
 __all__ = [
     "coerce_config",
     "coerce_metadata",
+    "coerce_stats",
     "coerce_span",
     "coerce_spans",
     "RolloutDraft",
@@ -52,6 +56,7 @@ __all__ = [
     "check_dequeue_wait",
     "check_wait_timeout",
     "check_resources_id",
+    "check_resources",
     "check_resources_reference",
     "check_query",
     "rollout_query_filters",
@@ -81,12 +86,26 @@ def coerce_config(config: Any) -> RolloutConfig:
 
 
 def coerce_metadata(metadata: Any, what: str = "metadata") -> Optional[dict[str, Any]]:
-    """A private deep copy of a metadata-like dict, so later edits by the caller do not leak into the store."""
+    """A private deep copy of a metadata-like dict, so later edits by the caller do not leak into the store.
+
+    NaN and infinity are refused (see `_finite`).
+    """
     if metadata is None:
         return None
     if not isinstance(metadata, dict):
         raise ValueError(f"{what} must be a dict or None, got {type(metadata).__name__}")
+    check_finite(metadata, what)
     return copy.deepcopy(metadata)
+
+
+def coerce_stats(stats: Any, what: str = "heartbeat_stats") -> Optional[dict[str, Any]]:
+    """A private copy of telemetry: like `coerce_metadata`, but NaN and infinity are kept as strings."""
+    if stats is None:
+        return None
+    if not isinstance(stats, dict):
+        raise ValueError(f"{what} must be a dict or None, got {type(stats).__name__}")
+    encoded = encode_non_finite(stats)
+    return copy.deepcopy(encoded) if encoded is stats else encoded
 
 
 def check_text(field: str, value: Any) -> None:
@@ -99,6 +118,7 @@ _SPAN_TEXT_FIELDS = ("rollout_id", "attempt_id", "trace_id", "span_id", "parent_
 
 
 def coerce_span(span: Any) -> Span:
+    """The span to store: NUL bytes in its ids refused, NaN / infinity in its telemetry written as strings."""
     if isinstance(span, dict):
         span = Span.model_validate(span)
     elif not isinstance(span, Span):
@@ -107,7 +127,7 @@ def coerce_span(span: Any) -> Span:
         value = getattr(span, field)
         if isinstance(value, str) and "\x00" in value:  # check_text inlined: it runs for every span
             check_text(field, value)
-    return span
+    return finite_span(span)
 
 
 def coerce_spans(spans: Sequence[Any]) -> list[Span]:
@@ -154,6 +174,7 @@ def rollout_draft(
 ) -> RolloutDraft:
     """The arguments of `start_rollout` / `enqueue_rollout`, checked."""
     check_mode(mode)
+    check_finite(input, "input")
     return RolloutDraft(input, mode, resources_id, coerce_config(config), coerce_metadata(metadata))
 
 
@@ -169,6 +190,7 @@ def rollout_changes(input: Any, mode: Any, status: Any, config: Any, metadata: A
     """The fields `update_rollout` sets (UNSET ones are left out); `status` is included when given."""
     changes: dict[str, Any] = {}
     if not is_unset(input):
+        check_finite(input, "input")
         changes["input"] = input
     if not is_unset(mode):
         check_mode(mode)
@@ -237,6 +259,7 @@ def attempt_changes(status: Any, worker_id: Any, last_heartbeat_time: Any, metad
             not isinstance(last_heartbeat_time, (int, float)) or isinstance(last_heartbeat_time, bool)
         ):
             raise ValueError(f"last_heartbeat_time must be a number or None, got {last_heartbeat_time!r}")
+        check_finite_number(last_heartbeat_time, "last_heartbeat_time")
         changes["last_heartbeat_time"] = last_heartbeat_time
     if not is_unset(metadata):
         changes["metadata"] = coerce_metadata(metadata)
@@ -250,7 +273,7 @@ def worker_changes(worker_id: Any, heartbeat_stats: Any) -> dict[str, Any]:
     check_text("worker_id", worker_id)
     changes: dict[str, Any] = {}
     if not is_unset(heartbeat_stats):
-        changes["heartbeat_stats"] = coerce_metadata(heartbeat_stats, "heartbeat_stats")
+        changes["heartbeat_stats"] = coerce_stats(heartbeat_stats)
     return changes
 
 
@@ -262,6 +285,15 @@ def check_resources_id(resources_id: Any) -> None:
     if not isinstance(resources_id, str) or not resources_id:
         raise ValueError(f"resources_id must be a non-empty string, got {resources_id!r}")
     check_text("resources_id", resources_id)
+
+
+def check_resources(resources: Any) -> None:
+    """Named resources to store: a mapping whose values hold no NaN or infinity."""
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"resources must be a dict of name -> resource, got {type(resources).__name__}")
+    for name, resource in resources.items():  # type: ignore[union-attr]
+        document = resource.model_dump() if isinstance(resource, BaseModel) else resource
+        check_finite(document, f"resources[{name!r}]")
 
 
 def check_resources_reference(resources_id: Any) -> None:

@@ -167,10 +167,12 @@ class BackendLightningStore(LightningStore):
     @tracked("resources")
     @healthcheck_before
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        arguments.check_resources(resources)
         return await self._put_resources(None, resources)
 
     @tracked("resources")
     @healthcheck_before
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
         arguments.check_resources_id(resources_id)
+        arguments.check_resources(resources)
         return await self._put_resources(resources_id, resources)

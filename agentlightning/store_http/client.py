@@ -23,7 +23,16 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter
 
-from agentlightning.store._arguments import check_dequeue_wait, check_wait_timeout, check_worker_id, coerce_config
+from agentlightning.store._arguments import (
+    check_dequeue_wait,
+    check_resources,
+    check_wait_timeout,
+    check_worker_id,
+    coerce_config,
+    coerce_span,
+    coerce_stats,
+)
+from agentlightning.store._finite import check_finite, check_finite_number
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -122,6 +131,23 @@ def _route_missing(error: LightningStoreRequestError) -> bool:
 def _checked_config(config: Any) -> Any:
     """A config validated here, so values JSON cannot carry (NaN, infinity) fail as they would in process."""
     return None if config is None else coerce_config(config)
+
+
+def _check_documents(fields: dict[str, Any], prefix: str = "") -> None:
+    """Apply the store's rules for NaN / infinity here, since JSON would carry them as null (see `store._finite`).
+
+    Documents are refused with the error an in-process store raises; telemetry (`span`, `heartbeat_stats`)
+    is replaced in `fields` by its encoded form.
+    """
+    for name in ("input", "metadata"):
+        if fields.get(name) is not None:
+            check_finite(fields[name], prefix + name)
+    if "last_heartbeat_time" in fields:
+        check_finite_number(fields["last_heartbeat_time"], "last_heartbeat_time")
+    if fields.get("heartbeat_stats") is not None:
+        fields["heartbeat_stats"] = coerce_stats(fields["heartbeat_stats"])
+    if "span" in fields:
+        fields["span"] = coerce_span(fields["span"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,6 +451,7 @@ class LightningStoreClient(ForwardingLightningStore):
         if endpoint is None:  # a batch call without its own route: the contract's default, over the routes above
             return await getattr(LightningStore, method)(self, **arguments)
         fields = {name: value for name, value in arguments.items() if not is_unset(value)}
+        _check_documents(fields)
         if "config" in fields:
             fields["config"] = _checked_config(fields["config"])
         path = endpoint.path
@@ -477,10 +504,14 @@ class LightningStoreClient(ForwardingLightningStore):
     ) -> Rollout:
         config_ = _checked_config(config)
         request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config_, "metadata": metadata}
+        _check_documents(request)
         rollouts = await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": [request]})
         return rollouts[0]
 
     async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        for i, request in enumerate(rollouts):
+            fields = request if isinstance(request, dict) else {"input": request.input, "metadata": request.metadata}
+            _check_documents(dict(fields), f"rollouts[{i}].")  # type: ignore[arg-type]
         return await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": list(rollouts)})
 
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
@@ -649,7 +680,7 @@ class LightningStoreClient(ForwardingLightningStore):
         current: list[bytes] = []
         size = 2  # the brackets
         for span in spans:
-            encoded = _SPAN.dump_json(span, serialize_as_any=True)
+            encoded = _SPAN.dump_json(coerce_span(span), serialize_as_any=True)
             if current and size + len(encoded) + 1 > self.max_body_size:
                 batches.append(b"[" + b",".join(current) + b"]")
                 current, size = [], 2
@@ -672,9 +703,11 @@ class LightningStoreClient(ForwardingLightningStore):
         return int(result["sequence_id"])
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        check_resources(resources)
         return await self._read_resources("POST", "/resources", dict(resources))  # type: ignore[return-value]
 
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        check_resources(resources)
         path = f"/resources/{_seg(resources_id, 'resources_id')}"
         return await self._read_resources("POST", path, dict(resources))  # type: ignore[return-value]
 

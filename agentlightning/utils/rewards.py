@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional, cast
 
@@ -29,6 +31,8 @@ __all__ = [
     "find_final_reward",
 ]
 
+logger = logging.getLogger(__name__)
+
 PRIMARY_REWARD_NAME = "primary"
 _PREFIX = LightningSpanAttributes.REWARD.value
 _NAME = RewardAttributes.REWARD_NAME.value
@@ -39,7 +43,22 @@ def _attributes(span: SpanLike) -> Mapping[str, Any]:
     return span.attributes or {}
 
 
-def _agl_rewards(attributes: Mapping[str, Any]) -> list[RewardPydanticModel]:
+# How stores keep a non-finite number in span attributes (see `agentlightning.store._finite`).
+_NON_FINITE_STRINGS = ("NaN", "Infinity", "-Infinity")
+
+
+def _reward_number(value: Any, where: str) -> Optional[float]:
+    """A reward value as a float; None when it is not a number, or is NaN / infinite (logged: it counts as no reward)."""
+    if isinstance(value, (int, float)):
+        if math.isfinite(value):
+            return float(value)
+    elif value not in _NON_FINITE_STRINGS:
+        return None
+    logger.warning("%s holds a non-finite reward (%r); it counts as no reward", where, value)
+    return None
+
+
+def _agl_rewards(attributes: Mapping[str, Any], span_name: str) -> list[RewardPydanticModel]:
     by_index: dict[int, dict[str, Any]] = {}
     dotted = _PREFIX + "."
     for key, value in attributes.items():
@@ -51,8 +70,11 @@ def _agl_rewards(attributes: Mapping[str, Any]) -> list[RewardPydanticModel]:
     rewards: list[RewardPydanticModel] = []
     for index in sorted(by_index):
         entry = by_index[index]
-        if _VALUE in entry and isinstance(entry[_VALUE], (int, float)):
-            rewards.append(RewardPydanticModel(name=str(entry.get(_NAME, index)), value=float(entry[_VALUE])))
+        if _VALUE not in entry:
+            continue
+        value = _reward_number(entry[_VALUE], f"reward {index} of span {span_name!r}")
+        if value is not None:
+            rewards.append(RewardPydanticModel(name=str(entry.get(_NAME, index)), value=value))
     return rewards
 
 
@@ -75,7 +97,7 @@ def _decode_payload(payload: Any) -> Any:
     return payload
 
 
-def _agentops_reward(attributes: Mapping[str, Any]) -> Optional[float]:
+def _agentops_reward(attributes: Mapping[str, Any], span_name: str) -> Optional[float]:
     """A reward recorded in AgentOps format: `{"type": "reward", "value": x}` as the task/entity output,
     whole or flattened into `<key>.type` / `<key>.value` attributes."""
     for key in _AGENTOPS_OUTPUT_KEYS:
@@ -85,26 +107,26 @@ def _agentops_reward(attributes: Mapping[str, Any]) -> Optional[float]:
         if isinstance(decoded, Mapping):
             decoded = cast(Mapping[str, Any], decoded)
             value = decoded.get("value")
-            if decoded.get("type") == "reward" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
+            if decoded.get("type") == "reward" and not isinstance(value, bool):
+                number = _reward_number(value, f"AgentOps reward of span {span_name!r}")
+                if number is not None:
+                    return number
     return None
 
 
 def _legacy_reward(span: SpanLike) -> Optional[float]:
     attributes = _attributes(span)
-    agentops = _agentops_reward(attributes)
+    agentops = _agentops_reward(attributes, span.name)
     if agentops is not None:
         return agentops
     if span.name in (AGL_REWARD, AGL_ANNOTATION):
-        value = attributes.get("reward")
-        if isinstance(value, (int, float)):
-            return float(value)
+        return _reward_number(attributes.get("reward"), f"reward of span {span.name!r}")
     return None
 
 
 def get_rewards_from_span(span: SpanLike) -> list[RewardPydanticModel]:
     """Every reward dimension on the span, primary first (legacy formats give one "primary" dimension)."""
-    rewards = _agl_rewards(_attributes(span))
+    rewards = _agl_rewards(_attributes(span), span.name)
     if rewards:
         return rewards
     legacy = _legacy_reward(span)

@@ -154,3 +154,34 @@ def test_agentops_outputs_that_are_not_rewards_are_ignored() -> None:
         )
         is None
     )
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_rewards_are_refused_when_emitted(value: float) -> None:
+    with pytest.raises(ValueError, match="reward must be a finite number"):
+        emit_reward(value, propagate=False)
+    with pytest.raises(ValueError, match="reward 'aux' must be a finite number"):
+        emit_reward({"main": 1.0, "aux": value}, primary_key="main", propagate=False)
+
+
+@pytest.mark.parametrize("stored", [float("nan"), "NaN", "Infinity", "-Infinity"])
+def test_a_stored_non_finite_reward_counts_as_none_with_a_warning(
+    stored: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store keeps NaN as the string "NaN"; readers never hand an algorithm a NaN reward."""
+    spans = [
+        Span.from_attributes(
+            name="agentlightning.annotation",
+            attributes={"agentlightning.reward.0.name": "primary", "agentlightning.reward.0.value": stored},
+        ),
+        Span.from_attributes(name="agentlightning.reward", attributes={"reward": stored}),
+        Span.from_attributes(
+            name="agentops.task",
+            attributes={"agentops.task.output.type": "reward", "agentops.task.output.value": stored},
+        ),
+    ]
+    with caplog.at_level("WARNING", logger="agentlightning.utils.rewards"):
+        for span in spans:
+            assert get_reward_value(span) is None
+            assert not is_reward_span(span)
+    assert caplog.text.count("non-finite reward") == 2 * len(spans)

@@ -802,3 +802,47 @@ async def test_unsupported_results_fail_the_attempt_with_a_type_error(
     assert [s.name for s in spans] == ["agentlightning.message", "agentlightning.exception"]
     exception = spans[-1].attributes
     assert exception["exception.type"] == "TypeError" and message in str(exception["exception.message"])
+
+
+# ---- NaN and infinity (docs/store-guarantees.md) ----
+
+
+class NonFiniteAttributeAgent(LitAgent[Any]):
+    """Records a span whose attributes hold NaN / -inf (as a logprob can be), then returns a finite reward."""
+
+    async def rollout_async(self, task: Any, resources: NamedResources, rollout: Rollout) -> Any:
+        tracer = get_active_tracer()
+        assert tracer is not None
+        tracer.create_span("scores", attributes={"score": float("nan"), "logprob": float("-inf")})
+        return 1.0
+
+
+@pytest.mark.parametrize("reward", [float("nan"), float("inf")])
+async def test_a_non_finite_reward_fails_the_attempt_over_http(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore], reward: float
+) -> None:
+    """The rollout ends (failed, with the reason stored), instead of staying `preparing` with its spans lost."""
+    client, store = served
+    with LitAgentRunner(tracer, heartbeat_interval=0).run_context(agent=ReturnAgent(reward), store=client) as runner:
+        with pytest.raises(ValueError, match="reward must be a finite number"):  # step() re-raises it
+            await asyncio.wait_for(runner.step("t"), timeout=20)
+    (rollout,) = await store.query_rollouts()
+    assert rollout.status == "failed"
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [s.name for s in spans] == ["agentlightning.message", "agentlightning.exception"]
+    message = str(spans[-1].attributes["exception.message"])
+    assert "reward must be a finite number" in message and repr(reward) in message
+
+
+async def test_non_finite_span_attributes_are_kept_over_http(
+    tracer: OtelTracer, served: tuple[LightningStoreClient, WriteCountingStore]
+) -> None:
+    client, store = served
+    agent = NonFiniteAttributeAgent()
+    with LitAgentRunner(tracer, heartbeat_interval=0).run_context(agent=agent, store=client) as runner:
+        rollout = await asyncio.wait_for(runner.step("t"), timeout=20)
+    assert rollout.status == "succeeded"
+    spans = await store.query_spans(rollout.rollout_id)
+    assert [s.name for s in spans] == ["scores", "agentlightning.annotation"]
+    assert spans[0].attributes["score"] == "NaN" and spans[0].attributes["logprob"] == "-Infinity"
+    assert get_reward_value(spans[1]) == 1.0

@@ -205,6 +205,33 @@ def test_fit_client_server_end_to_end() -> None:
     assert results["rewards"] == [4.0, 5.0, 6.0, 7.0]
 
 
+class NonFiniteRewardAgent(agl.LitAgent[int]):
+    """Returns NaN for even tasks and infinity for odd ones: neither may leave a rollout running forever."""
+
+    async def rollout_async(self, task: int, resources: NamedResources, rollout: Rollout) -> float:
+        return float("nan") if task % 2 == 0 else float("inf")
+
+
+@pytest.mark.slow
+def test_fit_returns_when_the_agent_returns_a_non_finite_reward() -> None:
+    """Over HTTP a NaN reward used to leave its rollout `preparing` forever, so fit never returned."""
+    results: dict[str, Any] = {}
+    trainer = agl.Trainer(
+        algorithm=_tiny_algorithm(results),
+        n_runners=1,
+        strategy={"type": "cs", "server_host": "127.0.0.1", "graceful_timeout": 3.0, "terminate_timeout": 3.0},
+        port=pick_free_port(),
+        tracer=OtelTracer(),
+        runner=fast_runner(),
+    )
+    thread = threading.Thread(target=trainer.fit, args=(NonFiniteRewardAgent(), [2, 3]), daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "fit did not return"
+    assert results["statuses"] == ["failed", "failed"]
+    assert results["rewards"] == [None, None]
+
+
 def test_sync_algorithm_runs_in_its_own_thread() -> None:
     seen: dict[str, Any] = {}
 
