@@ -54,6 +54,7 @@ __all__ = [
     "worker_claim_changes",
     "worker_release_changes",
     "worker_dequeue_changes",
+    "worker_heartbeat_attempt_changes",
     "sequence_floors",
 ]
 
@@ -289,6 +290,18 @@ def worker_release_changes(attempt: Attempt, now: float, current_attempt_id: Opt
     if status == "idle":
         changes.update(last_idle_time=now, current_rollout_id=None, current_attempt_id=None)
     return changes
+
+
+def worker_heartbeat_attempt_changes(attempt: Attempt, worker_id: str, now: float) -> Optional[dict[str, Any]]:
+    """A worker's heartbeat is also one of the attempt it works on, while that attempt is live and its own.
+
+    So an agent that records no span for a while stays responsive as long as its runner heartbeats; a runner
+    that dies stops both, and the watchdog marks the attempt `unresponsive` after `unresponsive_seconds`.
+    Only `last_heartbeat_time` changes: a heartbeat never revives a stale attempt.
+    """
+    if attempt.worker_id != worker_id or attempt.status not in ("preparing", "running"):
+        return None
+    return {"last_heartbeat_time": now}
 
 
 def worker_dequeue_changes(claimed: bool, now: float) -> dict[str, Any]:

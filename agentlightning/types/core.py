@@ -57,6 +57,8 @@ __all__ = [
     "WORKER_STATUSES",
     "TERMINAL_ROLLOUT_STATUSES",
     "QUEUING_ROLLOUT_STATUSES",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "DEFAULT_UNRESPONSIVE_SECONDS",
 ]
 
 T = TypeVar("T")
@@ -93,12 +95,24 @@ class Triplet(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+#: An attempt still live this long after it started is marked `timeout` (then failed or retried).
+DEFAULT_TIMEOUT_SECONDS = 3600.0
+#: An attempt without a span or a heartbeat for this long is marked `unresponsive`: a runner heartbeats its
+#: worker every 10 s by default, and that heartbeat counts for the attempt it works on, so only a runner that
+#: died (or hangs without heartbeats) gets there.
+DEFAULT_UNRESPONSIVE_SECONDS = 300.0
+
+
 class RolloutConfig(BaseModel):
-    """How long an attempt may take and when a rollout is retried."""
+    """How long an attempt may take and when a rollout is retried.
+
+    The defaults bound every attempt, so a killed runner never leaves a rollout running forever (and
+    `Trainer.fit` waiting for it); `None` turns a limit off.
+    """
 
     # Positive and finite when set; None means no limit.
-    timeout_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
-    unresponsive_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+    timeout_seconds: Optional[float] = Field(default=DEFAULT_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
+    unresponsive_seconds: Optional[float] = Field(default=DEFAULT_UNRESPONSIVE_SECONDS, gt=0, allow_inf_nan=False)
     max_attempts: int = Field(default=1, ge=1)
     retry_condition: list[AttemptStatus] = Field(default_factory=list)
 

@@ -358,7 +358,9 @@ async def seed_store(
     if abs(clock.now - time.time()) < 3600:
         clock.now = max(clock.now, time.time() - 902)
     await store.update_worker("runner-2", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-2", 3.0, 21.0))
-    clock.advance(900)
+    for _ in range(10):  # runner-0 keeps heartbeating, which keeps its running attempt responsive
+        clock.advance(90)
+        await store.update_worker("runner-0")
     await store.update_worker("runner-1", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-1", 12.5, 48.0))
     clock.advance(2)
     await store.update_worker("runner-0", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-0", 86.0, 74.0))

@@ -26,11 +26,13 @@ from agentlightning.types import (
     NamedResources,
     PromptTemplate,
     Rollout,
+    RolloutConfig,
     Span,
     SpanCoreFields,
     TraceStatus,
     Worker,
 )
+from tests.store.backends import FakeClock
 
 
 class Recorder(Hook):
@@ -458,6 +460,49 @@ async def test_heartbeats_are_recorded_in_the_store(tracer: OtelTracer, mode: An
     # iter() stopped the heartbeats on its way out.
     await asyncio.sleep(0.1)
     assert len(store.heartbeats) == stopped_at
+
+
+class BeatWaitingStore(InMemoryLightningStore):
+    """A store on a fake clock that lets a test wait for the runner's next heartbeat."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock, scan_debounce_seconds=0)
+        self.beats = 0
+        self._beat = threading.Condition()
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        worker = await super().update_worker(worker_id, heartbeat_stats=heartbeat_stats)
+        with self._beat:
+            self.beats += 1
+            self._beat.notify_all()
+        return worker
+
+    def wait_for_beats(self, count: int) -> bool:
+        with self._beat:
+            return self._beat.wait_for(lambda: self.beats >= count, timeout=30.0)
+
+
+async def test_a_silent_agent_stays_responsive_while_its_runner_heartbeats(tracer: OtelTracer) -> None:
+    """The runner's worker heartbeat counts for its attempt, so only a dead runner is `unresponsive`."""
+    clock = FakeClock()
+    store = BeatWaitingStore(clock)
+
+    class SilentAgent(LitAgent[str]):
+        """Records nothing for 4 x 8 s of store time, well past unresponsive_seconds=10."""
+
+        async def rollout_async(self, task: str, resources: NamedResources, rollout: Rollout) -> float:
+            for _ in range(4):
+                clock.advance(8)
+                assert await asyncio.to_thread(store.wait_for_beats, store.beats + 1), "no heartbeat within 30 s"
+            return 1.0
+
+    hb_runner: LitAgentRunner[Any] = LitAgentRunner(tracer, max_rollouts=1, heartbeat_interval=0.02)
+    with hb_runner.run_context(agent=SilentAgent(), store=store, worker_id=3):
+        rollout = await store.enqueue_rollout("t", config=RolloutConfig(unresponsive_seconds=10))
+        await asyncio.wait_for(hb_runner.iter(), timeout=60)
+    attempts = await store.query_attempts(rollout.rollout_id)
+    assert [a.status for a in attempts] == ["succeeded"]
+    assert (await store.get_rollout_by_id(rollout.rollout_id)).status == "succeeded"  # type: ignore[union-attr]
 
 
 # ---- sync agents ----

@@ -14,6 +14,7 @@ import math
 import pytest
 
 from agentlightning.store import LightningStore
+from agentlightning.types import RolloutConfig
 
 from .backends import Backend
 from .factories import make_span, span_of
@@ -68,7 +69,7 @@ async def test_config_durations_must_be_positive_and_finite(
     with pytest.raises(backend.errors, match=field):
         await store.update_rollout(started.rollout_id, config={field: value})
     rollout = await store.get_rollout_by_id(started.rollout_id)
-    assert rollout is not None and getattr(rollout.config, field) is None
+    assert rollout is not None and getattr(rollout.config, field) == getattr(RolloutConfig(), field)
 
 
 # ---- NUL bytes ----

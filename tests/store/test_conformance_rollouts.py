@@ -299,7 +299,8 @@ async def test_only_the_latest_attempt_drives_the_rollout(store: LightningStore)
 
 
 async def test_update_attempt_latest_alias_and_other_fields(store: LightningStore) -> None:
-    started = await store.start_rollout(input=1)
+    # No watchdog limit: the heartbeat time written below is decades old.
+    started = await store.start_rollout(input=1, config=RolloutConfig(unresponsive_seconds=None))
     updated = await store.update_attempt(
         started.rollout_id, "latest", worker_id="w-9", last_heartbeat_time=123.0, metadata={"k": "v"}
     )

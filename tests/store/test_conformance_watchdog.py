@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentlightning.store import LightningStore
 from agentlightning.types import AttemptedRollout, RolloutConfig
+from agentlightning.types.core import DEFAULT_TIMEOUT_SECONDS, DEFAULT_UNRESPONSIVE_SECONDS
 
 from .backends import FakeClock
 from .factories import span_of
@@ -78,12 +79,51 @@ async def test_explicit_heartbeat_counts(store: LightningStore, clock: FakeClock
     assert await statuses(store, claimed.rollout_id) == ("preparing", "preparing")
 
 
-async def test_worker_heartbeat_is_not_an_attempt_heartbeat(store: LightningStore, clock: FakeClock) -> None:
+async def test_a_worker_heartbeat_keeps_its_current_attempt_responsive(store: LightningStore, clock: FakeClock) -> None:
+    """A runner's heartbeat counts for the attempt it works on: a silent agent is not a dead runner."""
+    claimed = await claim(store, RolloutConfig(unresponsive_seconds=10))
+    for _ in range(5):
+        clock.advance(8)
+        await store.update_worker("w-1", heartbeat_stats={"alive": True})
+    assert await statuses(store, claimed.rollout_id) == ("preparing", "preparing")
+    attempt = await store.get_latest_attempt(claimed.rollout_id)
+    assert attempt is not None and attempt.last_heartbeat_time == clock.now
+    clock.advance(11)  # the runner died: no heartbeat, no span
+    assert await statuses(store, claimed.rollout_id) == ("failed", "unresponsive")
+
+
+async def test_another_workers_heartbeat_does_not_count(store: LightningStore, clock: FakeClock) -> None:
     claimed = await claim(store, RolloutConfig(unresponsive_seconds=10))
     clock.advance(8)
-    await store.update_worker("w-1", heartbeat_stats={"alive": True})
+    await store.update_worker("w-2", heartbeat_stats={"alive": True})
     clock.advance(3)
     assert await statuses(store, claimed.rollout_id) == ("failed", "unresponsive")
+    # The dead attempt's worker coming back later does not revive it: stale attempts stay fenced.
+    await store.update_worker("w-1", heartbeat_stats={"alive": True})
+    attempt = await store.get_latest_attempt(claimed.rollout_id)
+    assert attempt is not None and attempt.status == "unresponsive" and attempt.last_heartbeat_time is None
+
+
+async def test_default_limits_end_an_attempt_whose_runner_died(store: LightningStore, clock: FakeClock) -> None:
+    """With no config at all, a killed runner's rollout fails after DEFAULT_UNRESPONSIVE_SECONDS of silence."""
+    silent = await claim(store, RolloutConfig())
+    clock.advance(DEFAULT_UNRESPONSIVE_SECONDS - 1)
+    assert await statuses(store, silent.rollout_id) == ("preparing", "preparing")
+    clock.advance(2)
+    assert await statuses(store, silent.rollout_id) == ("failed", "unresponsive")
+
+
+async def test_default_timeout_ends_an_attempt_that_heartbeats_forever(store: LightningStore, clock: FakeClock) -> None:
+    await store.enqueue_rollout(input=1)
+    claimed = await store.dequeue_rollout(worker_id="w-1")
+    assert claimed is not None
+    step = DEFAULT_UNRESPONSIVE_SECONDS / 2
+    for _ in range(int(DEFAULT_TIMEOUT_SECONDS // step)):
+        clock.advance(step)
+        await store.update_worker("w-1", heartbeat_stats={"alive": True})
+    assert await statuses(store, claimed.rollout_id) == ("preparing", "preparing")
+    clock.advance(step)
+    assert await statuses(store, claimed.rollout_id) == ("failed", "timeout")
 
 
 async def test_timeout_wins_over_unresponsive(store: LightningStore, clock: FakeClock) -> None:
@@ -95,7 +135,7 @@ async def test_timeout_wins_over_unresponsive(store: LightningStore, clock: Fake
 async def test_finished_and_unconfigured_rollouts_are_left_alone(store: LightningStore, clock: FakeClock) -> None:
     done = await claim(store, RolloutConfig(timeout_seconds=1))
     await store.update_attempt(done.rollout_id, "latest", status="succeeded")
-    relaxed = await claim(store, RolloutConfig())
+    relaxed = await claim(store, RolloutConfig(timeout_seconds=None, unresponsive_seconds=None))
     queued = await store.enqueue_rollout(input=2, config=RolloutConfig(timeout_seconds=1))
     clock.advance(1000)
     assert await statuses(store, done.rollout_id) == ("succeeded", "succeeded")

@@ -163,6 +163,17 @@ class CollectionStoreSteps(BackendLightningStore):
         await c.workers.upsert(worker)
         return worker
 
+    async def _heartbeat_current_attempt(self, c: LightningCollections, worker: Worker, now: float) -> None:
+        """The worker's heartbeat is also one of the live attempt it works on (see `transitions`)."""
+        if worker.current_attempt_id is None:
+            return
+        attempt = await c.attempts.get(worker.current_attempt_id)
+        if attempt is None:
+            return
+        changes = transitions.worker_heartbeat_attempt_changes(attempt, worker.worker_id, now)
+        if changes is not None:
+            await c.attempts.update(copy_model(attempt, changes))
+
     async def _claim_for_worker(self, c: LightningCollections, attempt: Attempt, now: float, **extra: Any) -> None:
         """Make the attempt's worker busy with it; `extra` worker fields are written in the same change."""
         if attempt.worker_id is not None:

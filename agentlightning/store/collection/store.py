@@ -436,8 +436,9 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
         changes = arguments.worker_changes(worker_id, heartbeat_stats)
         async with self._writes() as c:
-            changes["last_heartbeat_time"] = self._now()
+            now = changes["last_heartbeat_time"] = self._now()
             worker = await self._touch_worker(c, worker_id, **changes)
+            await self._heartbeat_current_attempt(c, worker, now)
         return worker.model_copy()
 
     # ---- statistics ----

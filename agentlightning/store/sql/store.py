@@ -477,7 +477,9 @@ class SqlLightningStore(BackendLightningStore):
         changes = arguments.worker_changes(worker_id, heartbeat_stats)
 
         async def step(st: StoreTransaction) -> Worker:
-            return await st.touch_worker(worker_id, **changes, last_heartbeat_time=st.now)
+            worker = await st.touch_worker(worker_id, **changes, last_heartbeat_time=st.now)
+            await st.heartbeat_current_attempt(worker)
+            return worker
 
         return await self._write(step)
 

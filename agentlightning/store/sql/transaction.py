@@ -319,6 +319,16 @@ class StoreTransaction:
         assert row is not None
         return worker_from_row(row)
 
+    async def heartbeat_current_attempt(self, worker: Worker) -> None:
+        """The worker's heartbeat is also one of the live attempt it works on (see `transitions`)."""
+        if worker.current_rollout_id is None or worker.current_attempt_id is None:
+            return
+        await self.tx.execute(
+            "UPDATE {attempts} SET last_heartbeat_time = ? WHERE rollout_id = ? AND attempt_id = ? "
+            "AND worker_id = ? AND status IN ('preparing', 'running')",
+            (self.now, worker.current_rollout_id, worker.current_attempt_id, worker.worker_id),
+        )
+
     async def claim_for_worker(self, attempt: Attempt) -> None:
         if attempt.worker_id is not None:
             await self.touch_worker(attempt.worker_id, **transitions.worker_claim_changes(attempt, self.now))
