@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow browser requests from ORIGIN (repeatable; '*' allows any)",
     )
     parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without --auth-token, also answer requests that name this server NAME in their Host header "
+        "(repeatable; IP addresses, localhost and this machine's name always work; '*' allows any name)",
+    )
+    parser.add_argument(
         "--tracker",
         action="append",
         choices=TRACKERS,
@@ -243,6 +251,7 @@ async def _serve(args: argparse.Namespace) -> None:
             routers=[dashboard_router()],
             max_body_size=args.max_body_size,
             public_docs=args.public_docs,
+            allowed_hosts=args.allowed_host,
         )
         await server.start()
         auth = "bearer token required" if server.auth_token else "no auth token"

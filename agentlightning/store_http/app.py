@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Mount
 from agentlightning.store.base import LightningStore
 from agentlightning.utils.metrics import MetricsBackend, find_prometheus_backend
 
+from ._browser_guard import BrowserGuardMiddleware, default_allowed_hosts
 from ._idempotency import IdempotencyMiddleware
 from ._middleware import (
     DEFAULT_MAX_BODY_SIZE,
@@ -88,11 +89,15 @@ def build_store_app(
     routers: Sequence[APIRouter] = (),
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     public_docs: bool = False,
+    allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """The complete app: REST API, OTLP ingestion, optional Prometheus metrics, then `routers` (in order).
 
     With `auth_token`, the OpenAPI document and its pages (/openapi.json, /docs, /redoc) need the token
-    too unless `public_docs`; request bodies over `max_body_size` bytes are answered 413.
+    too unless `public_docs`; request bodies over `max_body_size` bytes are answered 413. Requests a web
+    page made a browser send are answered 403 (see `_browser_guard`): from origins other than the server's
+    own and `cors_allow_origins`, and, without a token, for `Host` names other than IP addresses,
+    localhost, this machine's name and `allowed_hosts` (`"*"` allows any).
     """
     if max_body_size <= 0:
         raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}")
@@ -148,6 +153,12 @@ def build_store_app(
             allow_headers=["*"],
             allow_credentials="*" not in cors_allow_origins,
         )
+    hosts = None if auth_token or "*" in allowed_hosts else default_allowed_hosts(allowed_hosts)
+    app.add_middleware(
+        BrowserGuardMiddleware,  # type: ignore[arg-type]
+        allowed_hosts=hosts,
+        allowed_origins=tuple(cors_allow_origins or ()),
+    )
     if tracker is not None:
         app.add_middleware(HttpMetricsMiddleware, tracker=tracker)  # type: ignore[arg-type]
     return app

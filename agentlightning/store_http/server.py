@@ -43,6 +43,10 @@ class LightningStoreServer(ForwardingLightningStore):
     pages an extra router mounts at `/` are public, its API routes need the token like the rest. With a
     token, the OpenAPI document and pages (/openapi.json, /docs, /redoc) need it too unless
     `public_docs=True`. Request bodies over `max_body_size` bytes (default 16 MiB) are answered 413.
+    Browsers cannot use the server from other web pages: requests with an `Origin` other than the server's
+    own or `cors_allow_origins` are answered 403, and so are, without a token, requests naming the server
+    by a `Host` other than an IP address, localhost, this machine's name or one of `allowed_hosts` (DNS
+    rebinding; `["*"]` allows any name).
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class LightningStoreServer(ForwardingLightningStore):
         routers: Sequence[APIRouter] = (),
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         public_docs: bool = False,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         if isinstance(store, LightningStoreServer):
             raise ValueError("cannot serve a LightningStoreServer again; pass the store it wraps")
@@ -90,6 +95,7 @@ class LightningStoreServer(ForwardingLightningStore):
             routers=routers,
             max_body_size=max_body_size,
             public_docs=public_docs,
+            allowed_hosts=allowed_hosts,
         )
         self._launcher: Optional[PythonServerLauncher] = PythonServerLauncher(app, launcher_args)
         self.app: Optional[FastAPI] = app  # None in a process that received this server pickled
