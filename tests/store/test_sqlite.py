@@ -152,3 +152,46 @@ async def test_processes_sharing_a_file_never_dequeue_the_same_rollout(tmp_path:
     assert [r.status for r in await store.query_rollouts()] == ["preparing"] * 120
     assert (await store.statistics())["total_attempts"] == 120
     await store.close()
+
+
+async def test_enqueue_work_per_rollout_does_not_grow_with_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enqueueing N rollouts is O(N): the next queue position is one index lookup, not a scan per row.
+
+    Counted in SQLite VM steps (deterministic), never in seconds: before, each queued row ran MAX over
+    the whole table, so a batch of 16k rollouts took minutes and blocked every other call.
+    """
+    from agentlightning.store.sql.sqlite_engine import SqliteEngine
+    from agentlightning.types import EnqueueRolloutRequest
+
+    steps = [0]
+    connect = SqliteEngine._connect
+
+    def counting(self: SqliteEngine) -> sqlite3.Connection:
+        conn = connect(self)
+
+        def tick() -> int:
+            steps[0] += 1
+            return 0  # keep going
+
+        conn.set_progress_handler(tick, 1000)
+        return conn
+
+    monkeypatch.setattr(SqliteEngine, "_connect", counting)
+    store = SqliteLightningStore(tmp_path / "store.db")
+    try:
+        await store.statistics()
+
+        async def steps_per_rollout(count: int) -> float:
+            before = steps[0]
+            await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(count)])
+            return (steps[0] - before) / count
+
+        small_table = await steps_per_rollout(200)
+        await steps_per_rollout(3000)
+        large_table = await steps_per_rollout(200)  # the same batch into a table 16x larger
+        assert large_table < 2 * small_table, (small_table, large_table)
+        assert (await store.query_rollouts(status_in=["queuing"])).total == 3400
+    finally:
+        await store.close()

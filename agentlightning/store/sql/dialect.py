@@ -100,7 +100,9 @@ SQLITE = SqlDialect(
     # BEGIN IMMEDIATE already makes every write transaction exclusive: no row locks needed.
     for_update="",
     skip_locked="",
-    next_queue_position="(SELECT COALESCE(MAX(queue_position), 0) + 1 FROM {rollouts})",
+    # The WHERE lets SQLite answer from the partial queue index in one lookup; without it MAX scans the whole
+    # table for every queued row, and enqueueing N rollouts costs O(N * table size).
+    next_queue_position="(SELECT COALESCE(MAX(queue_position), 0) + 1 FROM {rollouts} WHERE queue_position IS NOT NULL)",
 )
 
 

@@ -167,9 +167,11 @@ class SqlLightningStore(BackendLightningStore):
 
     async def _enqueue_many(self, drafts: list[arguments.RolloutDraft]) -> list[Rollout]:
         async def step(st: StoreTransaction) -> list[Rollout]:
-            rollouts = [
-                draft.build("queuing", await st.resolve_resources_id(draft.resources_id), st.now) for draft in drafts
-            ]
+            resolved: dict[Optional[str], Optional[str]] = {}  # one lookup per distinct id, not per rollout
+            for draft in drafts:
+                if draft.resources_id not in resolved:
+                    resolved[draft.resources_id] = await st.resolve_resources_id(draft.resources_id)
+            rollouts = [draft.build("queuing", resolved[draft.resources_id], st.now) for draft in drafts]
             await st.insert_rollouts(rollouts)
             return [r.model_copy() for r in rollouts]
 
