@@ -6,7 +6,7 @@ import asyncio
 import time
 from abc import ABC
 from collections.abc import Sequence
-from typing import Any, Literal, Optional, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypedDict, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -28,6 +28,9 @@ from agentlightning.types import (
     Worker,
     WorkerStatus,
 )
+
+if TYPE_CHECKING:
+    from .idempotency import IdempotencyLedger
 
 __all__ = [
     "UNSET",
@@ -125,6 +128,13 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
 
     async def close(self) -> None:
         """Release connections and background resources. Idempotent."""
+
+    def idempotency_ledger(self) -> Optional[IdempotencyLedger]:
+        """A ledger of request answers in this store's database, shared by every process serving it.
+
+        None for stores that live in one process (their server remembers answers in memory).
+        """
+        return None
 
     async def close_loop_resources(self) -> None:
         """Release only what the store keeps for the running event loop (an HTTP client's session).

@@ -6,24 +6,33 @@ all the tries of one call; this middleware remembers the answer to each key and 
 enqueue is never doubled and a dequeue never hands out an attempt nobody received. A try that
 arrives while the first is still running waits for its answer. Answers of 5xx are not remembered
 (the work may not have happened; the retry does it), nor are answers over `max_bytes // 16` (a
-large search; reads are safe to redo). The memory is this process's: bounded in entries and bytes,
-and empty again after a server restart.
+large search; reads are safe to redo).
+
+Where the answers live: one server process keeps them in memory (bounded in entries and bytes, empty
+again after a restart); several processes serving one database (`agl store --n-workers N`) share them
+through the store's `IdempotencyLedger` (a table of that database), so a retry that reaches another
+process than the first try is replayed too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentlightning.store.idempotency import IdempotencyLedger, StoredAnswer
+
 __all__ = ["IDEMPOTENCY_KEY_HEADER", "IdempotencyMiddleware"]
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 _HEADER_BYTES = IDEMPOTENCY_KEY_HEADER.lower().encode()
 _MAX_KEY_LENGTH = 200
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,12 +44,22 @@ class _Answer:
 
 
 class IdempotencyMiddleware:
-    """Pure ASGI middleware: remember the answers to keyed POSTs (up to `max_entries` / `max_bytes`) and replay them."""
+    """Pure ASGI middleware: remember the answers to keyed POSTs (up to `max_entries` / `max_bytes`) and replay them.
 
-    def __init__(self, app: ASGIApp, max_entries: int = 4096, max_bytes: int = 16 << 20) -> None:
+    With a `ledger` the answers live in the store's database instead of this process (see module docs).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_entries: int = 4096,
+        max_bytes: int = 16 << 20,
+        ledger: Optional[IdempotencyLedger] = None,
+    ) -> None:
         self.app = app
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.ledger = ledger
         self._answers: OrderedDict[tuple[str, bytes], _Answer] = OrderedDict()
         self._bytes = 0
 
@@ -57,6 +76,9 @@ class IdempotencyMiddleware:
         if key is None:
             await self.app(scope, receive, send)
             return
+        if self.ledger is not None:
+            await self._shared(self.ledger, f"{key[0]} {key[1].decode('latin-1')}", scope, receive, send)
+            return
         while True:
             answer = self._answers.get(key)
             if answer is None:
@@ -70,31 +92,73 @@ class IdempotencyMiddleware:
         self._answers[key] = answer
         await self._run(key, answer, scope, receive, send)
 
-    async def _run(self, key: tuple[str, bytes], answer: _Answer, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _capture(self, scope: Scope, receive: Receive, send: Send) -> Optional[StoredAnswer]:
+        """Run the request, passing its answer on; returns the answer when it is worth keeping."""
+        start: Optional[Message] = None
         chunks: list[bytes] = []
         complete = False
 
         async def remembering_send(message: Message) -> None:
-            nonlocal complete
+            nonlocal start, complete
             if message["type"] == "http.response.start":
-                answer.start = message
+                start = message
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
                 complete = not message.get("more_body", False)
             await send(message)
 
+        await self.app(scope, receive, remembering_send)
+        body = b"".join(chunks)
+        if start is None or not complete or int(start["status"]) >= 500 or len(body) > self.max_bytes // 16:
+            return None
+        return StoredAnswer(int(start["status"]), list(start.get("headers", [])), body)
+
+    async def _run(self, key: tuple[str, bytes], answer: _Answer, scope: Scope, receive: Receive, send: Send) -> None:
+        stored: Optional[StoredAnswer] = None
         try:
-            await self.app(scope, receive, remembering_send)
+            stored = await self._capture(scope, receive, send)
         finally:
-            status = int(answer.start["status"]) if answer.start is not None else 500
-            answer.body = b"".join(chunks)
-            answer.kept = complete and status < 500 and len(answer.body) <= self.max_bytes // 16
-            if answer.kept:
+            if stored is not None:
+                answer.start = {"type": "http.response.start", "status": stored.status, "headers": stored.headers}
+                answer.body = stored.body
+                answer.kept = True
                 self._bytes += len(answer.body)
                 self._evict()
             else:
                 self._answers.pop(key, None)
             answer.done.set()
+
+    async def _shared(self, ledger: IdempotencyLedger, key: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """The work of `key` once across every process sharing the ledger; a try of a key another process
+        is running waits for its answer (or for its lease to expire, when that process died)."""
+        delay = 0.02
+        while True:
+            try:
+                claimed = await ledger.claim(key)
+            except Exception:  # the database refuses writes (full, read-only): serve without the ledger
+                logger.warning(
+                    "idempotency ledger unavailable; serving %s without replay protection", key, exc_info=True
+                )
+                await self.app(scope, receive, send)
+                return
+            if isinstance(claimed, StoredAnswer):
+                await _send_stored(claimed, send)
+                return
+            if claimed:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        stored: Optional[StoredAnswer] = None
+        try:
+            stored = await self._capture(scope, receive, send)
+        finally:
+            try:
+                if stored is not None:
+                    await ledger.keep(key, stored)
+                else:
+                    await ledger.release(key)
+            except Exception:
+                logger.warning("idempotency ledger could not record the answer to %s", key, exc_info=True)
 
     def _evict(self) -> None:
         while len(self._answers) > self.max_entries or self._bytes > self.max_bytes:
@@ -113,3 +177,8 @@ class IdempotencyMiddleware:
         assert answer.start is not None
         await send(answer.start)
         await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _send_stored(answer: StoredAnswer, send: Send) -> None:
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    await send({"type": "http.response.body", "body": answer.body})

@@ -7,6 +7,7 @@ routes live in `routes/` (one router per noun), request bodies in `bodies`, auth
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Optional
@@ -64,6 +65,8 @@ def _hot_routes_first(routes: list[BaseRoute]) -> list[BaseRoute]:
     return [route for _, route in sorted(enumerate(routes), key=key)]
 
 
+logger = logging.getLogger(__name__)
+
 _STORE_ROUTES: Optional[list[BaseRoute]] = None
 
 
@@ -90,6 +93,7 @@ def build_store_app(
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     public_docs: bool = False,
     allowed_hosts: Sequence[str] = (),
+    shared_idempotency: bool = False,
 ) -> FastAPI:
     """The complete app: REST API, OTLP ingestion, optional Prometheus metrics, then `routers` (in order).
 
@@ -97,7 +101,9 @@ def build_store_app(
     too unless `public_docs`; request bodies over `max_body_size` bytes are answered 413. Requests a web
     page made a browser send are answered 403 (see `_browser_guard`): from origins other than the server's
     own and `cors_allow_origins`, and, without a token, for `Host` names other than IP addresses,
-    localhost, this machine's name and `allowed_hosts` (`"*"` allows any).
+    localhost, this machine's name and `allowed_hosts` (`"*"` allows any). With `shared_idempotency`
+    (several server processes), answers to retried POSTs are kept in the store's database
+    (`store.idempotency_ledger()`), not in this process.
     """
     if max_body_size <= 0:
         raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}")
@@ -139,7 +145,14 @@ def build_store_app(
         return serves_pages and not path.startswith("/v1/")
 
     # Innermost: an answer is remembered or replayed only for a request that passed auth and the size limit.
-    app.add_middleware(IdempotencyMiddleware)  # type: ignore[arg-type]
+    ledger = store.idempotency_ledger() if shared_idempotency else None
+    if shared_idempotency and ledger is None:
+        logger.warning(
+            "%s keeps no idempotency ledger: each server process remembers its own answers, so a retried "
+            "request reaching another process is done again",
+            type(store).__name__,
+        )
+    app.add_middleware(IdempotencyMiddleware, ledger=ledger)  # type: ignore[arg-type]
     app.add_middleware(BodySizeLimitMiddleware, max_body_size=max_body_size)  # type: ignore[arg-type]
     if auth_token:
         app.add_middleware(BearerAuthMiddleware, token=auth_token, public=public)  # type: ignore[arg-type]

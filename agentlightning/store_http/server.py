@@ -96,6 +96,7 @@ class LightningStoreServer(ForwardingLightningStore):
             max_body_size=max_body_size,
             public_docs=public_docs,
             allowed_hosts=allowed_hosts,
+            shared_idempotency=launcher_args.launch_mode == "mp",
         )
         self._launcher: Optional[PythonServerLauncher] = PythonServerLauncher(app, launcher_args)
         self.app: Optional[FastAPI] = app  # None in a process that received this server pickled

@@ -134,6 +134,47 @@ async def test_store_sqlite_backend_keeps_data_across_restarts(tmp_path: Path) -
     assert again is not None and again.input == "persist me"
 
 
+def _enqueue_twice_per_key(endpoint: str, keys: list[str]) -> list[int]:
+    """Both tries of each key at once, each on its own connection (so they reach different server processes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def post(key: str) -> int:
+        response = httpx.post(
+            f"{endpoint}/v1/agl/queues/rollouts/enqueue",
+            json={"rollouts": [{"input": key}]},
+            headers={"Idempotency-Key": key, "Connection": "close"},
+            timeout=60,
+        )
+        return response.status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(post, [key for key in keys for _ in range(2)]))
+
+
+@pytest.mark.slow
+def test_store_workers_share_idempotency_so_a_retry_is_never_done_twice(tmp_path: Path) -> None:
+    """With --n-workers 2 a retried POST reaching the other process used to run again (30 keys made 34 rollouts)."""
+    port = pick_free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    args = [
+        "store",
+        "--port",
+        str(port),
+        "--backend",
+        "sqlite",
+        "--path",
+        str(tmp_path / "store.db"),
+        "--n-workers",
+        "2",
+    ]
+    keys = [f"key-{i}" for i in range(30)]
+    with running(args, f"{endpoint}/v1/agl/health"):
+        statuses = _enqueue_twice_per_key(endpoint, keys)
+        page = httpx.post(f"{endpoint}/v1/agl/rollouts/search", json={}, timeout=30).json()
+    assert statuses == [201] * 60
+    assert page["total"] == 30 and sorted(r["input"] for r in page["items"]) == sorted(keys)
+
+
 def test_store_auth_token_from_flag_and_environment() -> None:
     port = pick_free_port()
     endpoint = f"http://127.0.0.1:{port}"

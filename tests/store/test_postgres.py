@@ -67,6 +67,7 @@ async def test_tables_are_created_in_the_given_schema_and_dropped_with_it(admin:
     await store.enqueue_rollout(input=1)
     assert _tables_in(admin, schema) == [
         "agl_attempts",
+        "agl_idempotency",
         "agl_meta",
         "agl_resources",
         "agl_rollouts",
@@ -81,7 +82,7 @@ async def test_tables_are_created_in_the_given_schema_and_dropped_with_it(admin:
     assert row[0] == 0
     # The same store object starts over with empty tables.
     assert (await store.statistics())["total_rollouts"] == 0
-    assert len(_tables_in(admin, schema)) == 7
+    assert len(_tables_in(admin, schema)) == 8
     await store.close()
 
 
@@ -161,7 +162,7 @@ async def test_stores_starting_together_create_the_schema_once(admin: object, sc
     stores = [PostgresLightningStore(POSTGRES_DSN, schema=schema, min_pool_size=1) for _ in range(8)]
     results = await asyncio.gather(*(store.statistics() for store in stores))
     assert [r["total_rollouts"] for r in results] == [0] * 8
-    assert len(_tables_in(admin, schema)) == 7
+    assert len(_tables_in(admin, schema)) == 8
     rollouts = await asyncio.gather(*(store.enqueue_rollout(input=i) for i, store in enumerate(stores)))
     assert (await stores[0].statistics())["total_rollouts"] == len({r.rollout_id for r in rollouts}) == 8
     for store in stores:

@@ -87,6 +87,15 @@ _TABLES = [
         current_rollout_id {text},
         current_attempt_id {text}
     )""",
+    # Answers to POSTs by Idempotency-Key, shared by every server process (see store/idempotency.py):
+    # status is NULL while the first try runs.
+    """CREATE TABLE IF NOT EXISTS {idempotency} (
+        key {text} PRIMARY KEY,
+        claimed_at {real} NOT NULL,
+        status {bigint},
+        headers {text},
+        body {blob}
+    )""",
 ]
 
 _INDEXES = [
@@ -95,6 +104,7 @@ _INDEXES = [
     "CREATE INDEX IF NOT EXISTS agl_spans_rollout_sequence ON {spans} (rollout_id, sequence_id)",
     # One row per (rollout, attempt, span id): re-adding a span is a duplicate the store skips (first write wins).
     "CREATE UNIQUE INDEX IF NOT EXISTS agl_spans_identity ON {spans} (rollout_id, attempt_id, span_id)",
+    "CREATE INDEX IF NOT EXISTS agl_idempotency_claimed ON {idempotency} (claimed_at)",
 ]
 
 

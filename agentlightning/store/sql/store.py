@@ -45,6 +45,7 @@ from ..watchdog import healthcheck_before
 from . import reads
 from .codec import to_json
 from .engine import SqlEngine, SqlTransaction
+from .idempotency import SqlIdempotencyLedger
 from .query import Where
 from .transaction import RolloutRecord, StoreTransaction
 
@@ -77,6 +78,7 @@ class SqlLightningStore(BackendLightningStore):
         tracker: Any = None,
     ) -> None:
         self._engine = engine
+        self._ledger: Optional[SqlIdempotencyLedger] = None
         self._start_machinery(clock=clock, tracker=tracker, scan_debounce_seconds=scan_debounce_seconds)
 
     @property
@@ -85,6 +87,12 @@ class SqlLightningStore(BackendLightningStore):
 
     async def close(self) -> None:
         await self._engine.close()
+
+    def idempotency_ledger(self) -> SqlIdempotencyLedger:
+        """Answers to retried requests in this database: every `agl store --n-workers N` process shares them."""
+        if self._ledger is None:
+            self._ledger = SqlIdempotencyLedger(self._engine, self._clock)
+        return self._ledger
 
     # ---- running transactions ----
 
