@@ -170,7 +170,7 @@ async def _post(runtime: ProxyRuntime, call: ProxyCall, deployment: Deployment) 
 def _error_message(content: bytes, status_code: int) -> str:
     try:
         body = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return content.decode("utf-8", "replace")[:2000] or f"HTTP {status_code}"
     error = body.get("error", body) if isinstance(body, dict) else body  # type: ignore[union-attr]
     if isinstance(error, dict) and "message" in error:
@@ -187,12 +187,16 @@ async def _record(runtime: ProxyRuntime, call: ProxyCall, response: Optional[dic
 
 
 class _ResponsesStream:
-    """Parses Responses SSE as it passes through; the final `response.*` event carries the whole response."""
+    """Parses Responses SSE as it passes through; the final `response.*` event carries the whole response.
+
+    A malformed event (not JSON, nested too deep) is relayed as is and counted in `malformed`.
+    """
 
     def __init__(self) -> None:
         self._buffer = b""
         self.final: Optional[dict[str, Any]] = None
         self.error: Optional[str] = None
+        self.malformed = 0
 
     def feed(self, data: bytes) -> bool:
         """Consume bytes; True once the final event has been seen."""
@@ -202,7 +206,8 @@ class _ResponsesStream:
             payload = b"\n".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
             try:
                 parsed = json.loads(payload) if payload else None
-            except ValueError:
+            except (ValueError, RecursionError):
+                self.malformed += 1
                 continue
             if not isinstance(parsed, dict):
                 continue
@@ -230,6 +235,8 @@ async def _relay(
         call.error = stream.error if stream.final is None else None
         if stream.final is None and call.error is None:
             call.error = "the backend stream ended without a final response event"
+        if call.error is None and stream.malformed:
+            call.error = f"the backend stream had {stream.malformed} malformed event(s) (not JSON); relayed as sent"
         recorded = True
         await asyncio.shield(runtime.spawn(_record(runtime, call, stream.final)))
         for chunk in held:
@@ -262,7 +269,7 @@ async def forward_responses_call(runtime: ProxyRuntime, call: ProxyCall, deploym
         try:
             loaded = json.loads(content)
             parsed = loaded if isinstance(loaded, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             call.error = "the backend answered with a body that is not JSON"
     else:
         call.error = _error_message(content, response.status)

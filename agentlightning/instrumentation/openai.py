@@ -213,15 +213,44 @@ def response_to_attributes(response: Mapping[str, Any]) -> Attributes:
     return attributes
 
 
+#: Largest choice / tool-call index a stream may use (OpenAI allows n <= 128); a larger one is malformed.
+MAX_STREAM_INDEX = 1024
+
+
+def stream_index(value: Any, what: str, default: int) -> int:
+    """The index a stream chunk gives a choice or tool call; ValueError when it is not a small non-negative int."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_STREAM_INDEX:
+        raise ValueError(f"{what} index {value!r} is not an integer in [0, {MAX_STREAM_INDEX})")
+    return value
+
+
 class ChatCompletionAccumulator:
-    """Rebuilds a chat-completion response dict from streamed chunks (content, tool calls, usage, token ids)."""
+    """Rebuilds a chat-completion response dict from streamed chunks (content, tool calls, usage, token ids).
+
+    Never raises (it runs inside the caller's stream): a chunk with a malformed choice or tool-call index
+    changes nothing and its reason is kept in `malformed`.
+    """
 
     def __init__(self) -> None:
         self._response: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
+        self.malformed: list[str] = []
 
     def add(self, chunk: Any) -> None:
+        try:
+            self._add(chunk)
+        except (ValueError, TypeError, AttributeError) as exc:
+            self.malformed.append(str(exc))
+
+    def _add(self, chunk: Any) -> None:
         data = as_dict(chunk)
+        choices = [as_dict(raw) for raw in data.get("choices") or []]
+        for delta_choice in choices:  # checked first: a malformed chunk changes nothing
+            stream_index(delta_choice.get("index"), "choice", 0)
+            for raw_call in as_dict(delta_choice.get("delta")).get("tool_calls") or []:
+                stream_index(as_dict(raw_call).get("index"), "tool call", 0)
         for key in ("id", "model", "system_fingerprint", "created"):
             if data.get(key) is not None and key not in self._response:
                 self._response[key] = data[key]
@@ -230,11 +259,11 @@ class ChatCompletionAccumulator:
         prompt_token_ids = _int_list(data.get("prompt_token_ids"))
         if prompt_token_ids is not None:
             self._response["prompt_token_ids"] = prompt_token_ids
-        for raw_choice in data.get("choices") or []:
-            self._add_choice(as_dict(raw_choice))
+        for delta_choice in choices:
+            self._add_choice(delta_choice)
 
     def _add_choice(self, delta_choice: dict[str, Any]) -> None:
-        index = delta_choice.get("index") or 0
+        index = stream_index(delta_choice.get("index"), "choice", 0)
         choice = self._choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})
         message = choice["message"]
         delta = as_dict(delta_choice.get("delta"))
@@ -246,8 +275,7 @@ class ChatCompletionAccumulator:
         for raw_call in delta.get("tool_calls") or []:
             call_delta = as_dict(raw_call)
             calls: list[dict[str, Any]] = message.setdefault("tool_calls", [])
-            call_index = call_delta.get("index")
-            call_index = call_index if isinstance(call_index, int) else len(calls)
+            call_index = stream_index(call_delta.get("index"), "tool call", len(calls))
             while len(calls) <= call_index:
                 calls.append({"id": None, "type": "function", "function": {"name": None, "arguments": ""}})
             call = calls[call_index]

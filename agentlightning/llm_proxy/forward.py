@@ -114,7 +114,7 @@ async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deploy
 def _error_message(content: bytes, status_code: int) -> str:
     try:
         body = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return content.decode("utf-8", "replace")[:2000] or f"HTTP {status_code}"
     if isinstance(body, dict):
         error: Any = body.get("error", body)
@@ -144,7 +144,7 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         try:
             parsed = json.loads(content)
             call.response = parsed if isinstance(parsed, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             call.error = "the backend answered with a body that is not JSON"
     else:
         call.error = _error_message(content, response.status)
@@ -208,7 +208,7 @@ class _Relay:
             async for chunk in response.content.iter_any():
                 if translator is not None:
                     recorder.feed(chunk)
-                    translated = b"".join(translator.add_chunk(parsed) for parsed in self.parsed)
+                    translated = b"".join(self._translate(translator, parsed) for parsed in self.parsed)
                     self.parsed.clear()
                     if translated:
                         yield translated
@@ -239,9 +239,18 @@ class _Relay:
         # Shielded: a client leaving now must not keep the finished call from being recorded.
         await asyncio.shield(runtime.spawn(runtime.finish(call)))
         if translator is not None:
-            yield translator.error(call.error) if call.error is not None else translator.finish(call.response)
+            failed = recorder.backend_error
+            yield translator.error(failed) if failed is not None else translator.finish(call.response)
         for chunk in held:
             yield chunk
+
+    def _translate(self, translator: StreamTranslator, parsed: dict[str, Any]) -> bytes:
+        """One chunk in the client's format; a chunk the translator cannot take is left out and noted."""
+        try:
+            return translator.add_chunk(parsed)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            self.recorder.malformed.append(f"untranslatable chunk ({type(exc).__name__}: {exc})")
+            return b""
 
     def close(self) -> None:
         """End of the exchange: close a relay the server stopped iterating (or never started)."""

@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any, Callable, Optional
 
-from agentlightning.instrumentation.openai import ChatCompletionAccumulator
+from agentlightning.instrumentation.openai import ChatCompletionAccumulator, stream_index
 
 from .call import CallKind
 
@@ -26,13 +26,26 @@ def _int_list(value: Any) -> Optional[list[int]]:
 
 
 class CompletionAccumulator:
-    """Rebuilds a legacy `/v1/completions` response (text, token ids, logprobs) from its streamed chunks."""
+    """Rebuilds a legacy `/v1/completions` response (text, token ids, logprobs) from its streamed chunks.
+
+    Like `ChatCompletionAccumulator`, never raises: a malformed chunk is skipped and noted in `malformed`.
+    """
 
     def __init__(self) -> None:
         self._response: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
+        self.malformed: list[str] = []
 
     def add(self, chunk: dict[str, Any]) -> None:
+        try:
+            for raw in chunk.get("choices") or []:
+                if isinstance(raw, dict):
+                    stream_index(raw.get("index"), "choice", 0)  # type: ignore[union-attr]
+            self._add(chunk)
+        except (ValueError, TypeError, AttributeError) as exc:
+            self.malformed.append(str(exc))
+
+    def _add(self, chunk: dict[str, Any]) -> None:
         for key in ("id", "model", "created", "system_fingerprint"):
             if chunk.get(key) is not None and key not in self._response:
                 self._response[key] = chunk[key]
@@ -42,7 +55,7 @@ class CompletionAccumulator:
             if not isinstance(raw, dict):
                 continue
             delta: dict[str, Any] = raw  # type: ignore[assignment]
-            index = delta.get("index") or 0
+            index = stream_index(delta.get("index"), "choice", 0)
             choice = self._choices.setdefault(index, {"index": index, "text": ""})
             if delta.get("text"):
                 choice["text"] += str(delta["text"])
@@ -73,7 +86,8 @@ class SSEResponseRecorder:
 
     `feed` returns True once the terminating `data: [DONE]` event has been seen (so the caller can hold
     back that last event until the call is recorded). A chunk carrying an `error` object is kept as the
-    call's error.
+    call's error. A malformed event (not JSON, too deeply nested, a bad choice index...) never stops the
+    stream: it is left out of the response and counted, and `error` then says so.
     """
 
     def __init__(self, kind: CallKind, on_chunk: Optional[Callable[[dict[str, Any]], None]] = None) -> None:
@@ -82,7 +96,26 @@ class SSEResponseRecorder:
         self._buffer = b""
         self.done = False
         self.n_events = 0
-        self.error: Optional[str] = None
+        self.malformed: list[str] = []
+        self._error: Optional[str] = None
+
+    @property
+    def backend_error(self) -> Optional[str]:
+        """The error event the backend sent, if any."""
+        return self._error
+
+    @property
+    def error(self) -> Optional[str]:
+        """The backend's own error event, else a note on malformed events, else None."""
+        if self._error is not None:
+            return self._error
+        problems = self.malformed + list(self._accumulator.malformed)
+        if not problems:
+            return None
+        return (
+            f"the backend stream had {len(problems)} malformed event(s), left out of the recorded response "
+            f"(first: {problems[0]})"
+        )
 
     def feed(self, data: bytes) -> bool:
         self._buffer += data
@@ -112,16 +145,18 @@ class SSEResponseRecorder:
         self.n_events += 1
         try:
             chunk = json.loads(payload)
-        except ValueError:
-            logger.debug("ignoring a non-JSON SSE event from the backend: %r", payload[:200])
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+            self.malformed.append(f"not JSON ({type(exc).__name__}): {payload[:80]!r}")
             return
         if not isinstance(chunk, dict):
+            self.malformed.append(f"a JSON {type(chunk).__name__}, not an object")
             return
         if chunk.get("error") is not None:
-            self.error = json.dumps(chunk["error"]) if not isinstance(chunk["error"], str) else chunk["error"]
+            self._error = json.dumps(chunk["error"]) if not isinstance(chunk["error"], str) else chunk["error"]
             return
+        skipped = len(self._accumulator.malformed)
         self._accumulator.add(chunk)
-        if self._on_chunk is not None:
+        if self._on_chunk is not None and len(self._accumulator.malformed) == skipped:
             self._on_chunk(chunk)  # type: ignore[arg-type]
 
     def to_response(self) -> dict[str, Any]:

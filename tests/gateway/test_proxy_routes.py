@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
+import httpx
 import openai
 import pytest
 
@@ -14,6 +16,7 @@ from agentlightning.instrumentation.openai import ChatCompletionAccumulator
 from agentlightning.store.sqlite import SqliteLightningStore
 from agentlightning.types import AttemptedRollout
 from tests.support.openai_server import END_TOKEN, ErrorReply, OpenAITestServer, scripted, tokenize
+from tests.support.raw_stream_server import RawStreamServer, chat_chunk
 
 from .conftest import auth, post
 from .upstream import REPLY, UpstreamServer
@@ -236,3 +239,29 @@ async def test_resources_updated_in_place_move_the_upstream(
         await store.update_resources("default", {"llm": LLM(endpoint=second.base_url, model="m")})
         await client.chat.completions.create(model="m", messages=MESSAGES)
         assert (len(first.requests), len(second.requests)) == (1, 1)
+
+
+@pytest.mark.parametrize("route", ["chat/completions", "responses"])
+async def test_a_malformed_upstream_chunk_is_relayed_and_the_call_recorded_with_an_error(
+    make_gateway: Callable[..., Any], store: SqliteLightningStore, attempt: AttemptedRollout, route: str
+) -> None:
+    """A malformed chunk used to break the agent's stream and leave the call unrecorded."""
+    deep = b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n"  # past the JSON parser's nesting limit
+    final = {"type": "response.completed", "response": {"id": "r1", "status": "completed", "output": []}}
+    events = (
+        [chat_chunk("Hel"), deep, chat_chunk("lo", finish_reason="stop"), b"data: [DONE]\n\n"]
+        if route == "chat/completions"
+        else [deep, b"data: " + json.dumps(final).encode() + b"\n\n"]
+    )
+    with RawStreamServer(events) as raw:
+        gateway = await make_gateway(upstreams=[raw.base_url])
+        url = gateway.openai_base_url(attempt.rollout_id, attempt.attempt.attempt_id, "train") + "/" + route
+        body: dict[str, Any] = {"model": "policy", "stream": True, "messages": MESSAGES, "input": "hi"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            async with http.stream("POST", url, json=body, headers=auth(gateway, attempt)) as response:
+                received = b"".join([chunk async for chunk in response.aiter_bytes()])
+        await gateway.stop()  # waits for the call to be recorded
+    assert response.status_code == 200 and deep in received and received.endswith(events[-1])
+    (span,) = list(await store.query_spans(attempt.rollout_id))
+    assert span.status.status_code == "ERROR"
+    assert "1 malformed event" in str(span.attributes["error.message"])

@@ -20,6 +20,7 @@ from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import AttemptedRollout
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 from tests.support.openai_server import ErrorReply, OpenAITestServer
+from tests.support.raw_stream_server import RawStreamServer, chat_chunk
 
 from .conftest import model_entry
 
@@ -292,3 +293,24 @@ async def test_every_route_layout_is_served_with_and_without_the_rollout_prefix(
         assert [m["id"] for m in models.json()["data"]] == ["policy"]
         assert (await http.get("/health")).json() == {"status": "ok"}
     assert len(await store.query_spans(attempt.rollout_id)) == 1
+
+
+async def test_a_malformed_backend_chunk_is_relayed_and_the_call_recorded_with_an_error(
+    make_proxy: Any, store: InMemoryLightningStore, attempt: AttemptedRollout
+):
+    """A chunk with a text choice index used to break the agent's stream and leave the call unrecorded."""
+    bad = b'data: {"choices": [{"index": "zero", "delta": {"content": "?"}}]}\n\n'
+    with RawStreamServer([chat_chunk("Hel"), bad, chat_chunk("lo", finish_reason="stop"), b"data: [DONE]\n\n"]) as raw:
+        proxy = await make_proxy([model_entry("policy", raw)])
+        routed = proxy.as_resource(attempt.rollout_id, attempt.attempt.attempt_id).endpoint
+        body = {"model": "policy", "messages": HI, "stream": True}
+        async with httpx.AsyncClient(timeout=30) as http:
+            async with http.stream("POST", f"{routed}/chat/completions", json=body) as response:
+                received = b"".join([chunk async for chunk in response.aiter_bytes()])
+        await proxy.stop()  # waits for the proxy to finish recording
+    assert response.status_code == 200
+    assert bad in received and received.endswith(b"data: [DONE]\n\n")  # relayed as the backend sent it
+    (span,) = await store.query_spans(attempt.rollout_id)
+    assert span.status.status_code == "ERROR"
+    assert "1 malformed event" in str(span.attributes["error.message"])
+    assert span.attributes["gen_ai.completion.0.content"] == "Hello"  # the well-formed chunks are kept

@@ -115,3 +115,36 @@ def test_completion_accumulator_concatenates_text_token_ids_and_logprobs():
     recorder = SSEResponseRecorder("completion")
     recorder.feed(b"".join(events))
     assert recorder.to_response()["choices"][0]["token_ids"] == [10, 11]
+
+
+MALFORMED_EVENTS = {
+    "not_json": b"data: {not json\n\n",
+    "nested_too_deep": b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n",
+    "text_choice_index": b'data: {"choices": [{"index": "zero", "delta": {"content": "x"}}]}\n\n',
+    "huge_choice_index": b'data: {"choices": [{"index": 10000000000, "text": "x"}]}\n\n',
+    "negative_choice_index": b'data: {"choices": [{"index": -1, "delta": {"content": "x"}}]}\n\n',
+}
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+@pytest.mark.parametrize("bad", list(MALFORMED_EVENTS), ids=list(MALFORMED_EVENTS))
+def test_a_malformed_event_is_left_out_and_noted_never_raised(kind: str, bad: str) -> None:
+    good = [
+        b'data: {"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hel"}, "text": "Hel"}]}\n\n',
+        b'data: {"choices": [{"index": 0, "delta": {"content": "lo"}, "text": "lo", "finish_reason": "stop"}]}\n\n',
+    ]
+    recorder = SSEResponseRecorder(kind)  # type: ignore[arg-type]
+    recorder.feed(good[0])
+    recorder.feed(MALFORMED_EVENTS[bad])
+    assert recorder.feed(good[1] + b"data: [DONE]\n\n") is True
+    response = recorder.to_response()
+    (choice,) = response["choices"]
+    assert (choice["message"]["content"] if kind == "chat" else choice["text"]) == "Hello"
+    assert recorder.error is not None and "1 malformed event" in recorder.error
+    assert recorder.backend_error is None
+
+
+def test_a_huge_tool_call_index_is_malformed_not_a_billion_empty_calls() -> None:
+    recorder = SSEResponseRecorder("chat")
+    recorder.feed(b'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 999999999}]}}]}\n\n')
+    assert recorder.to_response()["choices"] == [] and recorder.error is not None
