@@ -15,6 +15,8 @@ __all__ = [
     "AGL_REWARD",
     "AGL_VIRTUAL",
     "AGL_STALE_ATTEMPT",
+    "AGL_TRUNCATED_ATTRIBUTES",
+    "AGL_ORIGINAL_SPAN_BYTES",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -36,6 +38,9 @@ AGL_REWARD = "agentlightning.reward"
 AGL_VIRTUAL = "agentlightning.virtual"
 # Set (True) by the store on a span that arrived for a stale attempt (timed out, unresponsive or superseded).
 AGL_STALE_ATTEMPT = "agentlightning.stale_attempt"
+# A span too large for one store request keeps its attributes cut to fit: which ones, and its size before.
+AGL_TRUNCATED_ATTRIBUTES = "agentlightning.truncated_attributes"
+AGL_ORIGINAL_SPAN_BYTES = "agentlightning.original_span_bytes"
 
 PROMPT_TOKEN_IDS = "prompt_token_ids"
 RESPONSE_TOKEN_IDS = "response_token_ids"

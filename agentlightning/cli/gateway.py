@@ -16,7 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from .store import BACKENDS, DEFAULT_SQLITE_PATH, LOG_LEVELS, build_store
+from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
+
+from .store import BACKENDS, DEFAULT_SQLITE_PATH, LOG_LEVELS, build_store, byte_size
 
 __all__ = ["build_parser", "main"]
 
@@ -63,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("AGL_GATEWAY_SECRET"),
         help="secret attempt keys derive from (default $AGL_GATEWAY_SECRET; else a random one, printed)",
     )
+    parser.add_argument(
+        "--max-body-size",
+        type=byte_size,
+        default=DEFAULT_MAX_REQUEST_SIZE,
+        metavar="BYTES",
+        help="largest request body accepted, e.g. 32MB (default); larger ones get HTTP 413",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO")
     return parser
 
@@ -86,6 +95,7 @@ async def _serve(args: argparse.Namespace) -> None:
         train_temperature=args.train_temperature,
         val_temperature=args.val_temperature,
         num_retries=args.num_retries,
+        max_body_size=args.max_body_size,
     )
     secret = args.secret
     if not secret:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-__all__ = ["build_parser", "build_store", "parse_memory_budget", "main"]
+__all__ = ["build_parser", "build_store", "byte_size", "parse_memory_budget", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def parse_memory_budget(text: str) -> float:
     )
 
 
-def _byte_size(text: str) -> int:
+def byte_size(text: str) -> int:
     """`--max-body-size`: a positive number of bytes, see `_bytes`."""
     size = _bytes(text)
     if size is None:
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-body-size",
-        type=_byte_size,
+        type=byte_size,
         default=16 * 1024 * 1024,
         metavar="BYTES",
         help="largest request body accepted, e.g. 16MB or 1048576 (default 16MB); larger ones get HTTP 413",

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from agentlightning.llm_proxy.call import CallKind, ProxyCall
 from agentlightning.llm_proxy.forward import error_response, forward_call
 from agentlightning.llm_proxy.runtime import ProxyRuntime
+from agentlightning.utils.body_limit import BodySizeLimitMiddleware
 
 from .attempts import AttemptDirectory, GatewayError
 from .config import GATEWAY_MODES, GatewayConfig
@@ -249,4 +250,5 @@ def build_gateway_app(state: GatewayState) -> FastAPI:
         logger.exception("gateway failed on %s %s", request.method, request.url.path)
         return error_response(500, f"gateway error: {type(exc).__name__}: {exc}", error_type="gateway_error")
 
+    app.add_middleware(BodySizeLimitMiddleware, max_body_size=state.config.max_body_size)  # type: ignore[arg-type]
     return app

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from agentlightning.llm_proxy.forward import RETRYABLE_STATUS_CODES
+from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
 __all__ = ["GatewayConfig", "GATEWAY_RETRY_STATUS_CODES", "GATEWAY_MODES"]
 
@@ -33,6 +34,8 @@ class GatewayConfig:
         request_timeout: seconds an upstream may take to answer (streams: between two chunks).
         attempt_cache_seconds: how long a checked rollout attempt (and the upstream read from its resources)
             is trusted before the store is asked again.
+        max_body_size: largest request body accepted, in bytes (default 32 MiB); larger ones get HTTP 413
+            before they are read.
     """
 
     upstreams: tuple[str, ...] = ()
@@ -45,6 +48,7 @@ class GatewayConfig:
     request_timeout: float = 600.0
     attempt_cache_seconds: float = 2.0
     retry_status_codes: frozenset[int] = field(default=GATEWAY_RETRY_STATUS_CODES)
+    max_body_size: int = DEFAULT_MAX_REQUEST_SIZE
 
     def __post_init__(self) -> None:
         if isinstance(self.upstreams, str):  # type: ignore[unreachable]
@@ -58,6 +62,8 @@ class GatewayConfig:
             raise ValueError(f"num_retries must be >= 0, got {self.num_retries}")
         if self.request_timeout <= 0:
             raise ValueError(f"request_timeout must be > 0 seconds, got {self.request_timeout}")
+        if self.max_body_size <= 0:
+            raise ValueError(f"max_body_size must be a positive number of bytes, got {self.max_body_size}")
         if self.attempt_cache_seconds < 0:
             raise ValueError(f"attempt_cache_seconds must be >= 0, got {self.attempt_cache_seconds}")
 

@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE, BodySizeLimitMiddleware
+
 from .call import CallKind, ProxyCall
 from .forward import error_response, forward_call
 from .models import WILDCARD, UnknownModelError
@@ -97,8 +99,11 @@ async def _handle_call(runtime: ProxyRuntime, request: Request, client_api: Clie
     return await forward_call(runtime, call, deployments)
 
 
-def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:
-    """The proxy app serving `runtime`; the HTTP client and span exporter live in its lifespan."""
+def build_proxy_app(runtime: ProxyRuntime, max_body_size: int = DEFAULT_MAX_REQUEST_SIZE) -> FastAPI:
+    """The proxy app serving `runtime`; the HTTP client and span exporter live in its lifespan.
+
+    Request bodies over `max_body_size` bytes are answered 413 before they are read.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -146,4 +151,5 @@ def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:
         logger.exception("LLM proxy failed on %s %s", request.method, request.url.path)
         return error_response(500, f"LLM proxy error: {type(exc).__name__}: {exc}", error_type="proxy_error")
 
+    app.add_middleware(BodySizeLimitMiddleware, max_body_size=max_body_size)  # type: ignore[arg-type]
     return app

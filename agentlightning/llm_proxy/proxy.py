@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from agentlightning.types import LLM, ProxyLLM
+from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
 from agentlightning.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
 from .app import HEALTH_PATH, build_proxy_app
@@ -84,6 +85,8 @@ class LLMProxy:
         launcher_args: full control over serving (overrides port/host/launch_mode/num_workers).
         middlewares: aliases `rollout_attempt` (default), `stream_conversion`, `message_inspection`, or instances.
         callbacks: aliases `return_token_ids`, `opentelemetry` (both default), `logprobs`, or instances.
+        max_body_size: largest request body accepted, in bytes (default 32 MiB); larger ones get HTTP 413
+            before they are read.
     """
 
     def __init__(
@@ -99,7 +102,11 @@ class LLMProxy:
         launcher_args: Optional[PythonServerLauncherArgs] = None,
         middlewares: Optional[Sequence[MiddlewareSpec]] = None,
         callbacks: Optional[Sequence[CallbackSpec]] = None,
+        max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
     ) -> None:
+        if max_body_size <= 0:
+            raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}")
+        self.max_body_size = max_body_size
         self.litellm_config: dict[str, Any] = dict(litellm_config or {})
         self.litellm_module_settings: dict[str, Any] = {}
         settings = self._litellm_settings()
@@ -280,7 +287,7 @@ class LLMProxy:
         runtime = self.initialize()
         if not self.model_list:
             logger.warning("the LLM proxy starts with an empty model list; every call will fail until updated")
-        launcher = PythonServerLauncher(build_proxy_app(runtime), self._server_args())
+        launcher = PythonServerLauncher(build_proxy_app(runtime, self.max_body_size), self._server_args())
         await launcher.start()
         self._launcher = launcher
         self._bound_port = launcher.port

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentlightning.utils.body_limit import BodySizeLimitMiddleware as GenericBodySizeLimit
 from agentlightning.utils.metrics import MetricsBackend
 
 from .errors import HTTPError, error_body
@@ -29,58 +30,25 @@ async def _send_json(send: Send, status: int, body: bytes, *extra_headers: tuple
     await send({"type": "http.response.body", "body": body})
 
 
-class BodySizeLimitMiddleware:
-    """Pure ASGI middleware answering 413 to a request body over `max_body_size` bytes, before it is read.
+class BodySizeLimitMiddleware(GenericBodySizeLimit):
+    """413 to a request body over `max_body_size` bytes, before it is read, with the store's error shape."""
 
-    A declared `Content-Length` over the limit is refused at once; a chunked body is counted as it
-    arrives and refused once past the limit, so the server never holds more than the limit per request.
-    """
-
-    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
-        self.app = app
-        self.max_body_size = max_body_size
-
-    def _message(self, size: str) -> str:
+    def message(self, size: str) -> str:
         return (
             f"request body of {size} is over this store server's limit of {self.max_body_size} bytes; send less "
             "per request (LightningStoreClient splits span batches itself) or raise the limit with "
             "`agl store --max-body-size` / LightningStoreServer(max_body_size=...)"
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for key, value in scope["headers"]:
-            if key == b"content-length":
-                if value.isdigit() and int(value) > self.max_body_size:
-                    await _send_json(send, 413, error_body(self._message(f"{int(value)} bytes"), "PayloadTooLarge"))
-                    return
-                break
-        received = 0
+    def error_body(self, size: str) -> bytes:
+        return error_body(self.message(size), "PayloadTooLarge")
 
-        async def limited_receive() -> Any:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_size:
-                    raise HTTPError(413, self._message(f"more than {received} bytes"), "PayloadTooLarge")
-            return message
+    def too_large(self, size: str) -> Exception:
+        # An HTTPError: the store's routes answer it themselves (413) when they are the ones reading.
+        return HTTPError(413, self.message(size), "PayloadTooLarge")
 
-        started = False
-
-        async def tracking_send(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except HTTPError as exc:  # raised while a route outside the store's error handling read the body
-            if started or exc.status != 413:
-                raise
-            await _send_json(send, 413, error_body(exc.detail, exc.error_type))
+    def is_too_large(self, exc: BaseException) -> bool:
+        return isinstance(exc, HTTPError) and exc.status == 413
 
 
 class BearerAuthMiddleware:

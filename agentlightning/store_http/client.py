@@ -54,6 +54,7 @@ from agentlightning.types import (
 
 from ._idempotency import IDEMPOTENCY_KEY_HEADER
 from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
+from ._span_fit import fit_span
 from .errors import (
     NOT_FOUND_ERROR_TYPE,
     LightningStoreNotFoundError,
@@ -128,6 +129,14 @@ def _route_missing(error: LightningStoreRequestError) -> bool:
     return error.status in (404, 405) and not error.error_type
 
 
+# Bytes a span batch may need around its spans: the brackets and `{"status": ..., "spans": }` of `/finish`.
+_REQUEST_ENVELOPE_BYTES = 64
+
+
+def _encode_span(span: Span) -> bytes:
+    return _SPAN.dump_json(span, serialize_as_any=True)
+
+
 def _checked_config(config: Any) -> Any:
     """A config validated here, so values JSON cannot carry (NaN, infinity) fail as they would in process."""
     return None if config is None else coerce_config(config)
@@ -136,8 +145,8 @@ def _checked_config(config: Any) -> Any:
 def _check_documents(fields: dict[str, Any], prefix: str = "") -> None:
     """Apply the store's rules for NaN / infinity here, since JSON would carry them as null (see `store._finite`).
 
-    Documents are refused with the error an in-process store raises; telemetry (`span`, `heartbeat_stats`)
-    is replaced in `fields` by its encoded form.
+    Documents are refused with the error an in-process store raises; `heartbeat_stats` is replaced in
+    `fields` by its encoded form (spans are encoded by `_encoded_span`).
     """
     for name in ("input", "metadata"):
         if fields.get(name) is not None:
@@ -146,8 +155,6 @@ def _check_documents(fields: dict[str, Any], prefix: str = "") -> None:
         check_finite_number(fields["last_heartbeat_time"], "last_heartbeat_time")
     if fields.get("heartbeat_stats") is not None:
         fields["heartbeat_stats"] = coerce_stats(fields["heartbeat_stats"])
-    if "span" in fields:
-        fields["span"] = coerce_span(fields["span"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,14 +470,19 @@ class LightningStoreClient(ForwardingLightningStore):
                 raise ValueError(f"{name} must be a non-empty string, got ''")
             path = path.replace("{" + name + "}", segment)
         payload: Any = None
+        raw_body: Optional[bytes] = None
         params: Optional[dict[str, str]] = None
-        if endpoint.body_from is not None:
+        if endpoint.body_from == "span":
+            raw_body = self._encoded_span(fields["span"])
+        elif endpoint.body_from is not None:
             payload = fields[endpoint.body_from]
         elif endpoint.query:
             params = {k: v if isinstance(v, str) else str(v) for k, v in fields.items() if v is not None}
         elif endpoint.method == "POST":
             payload = {name: _json_value(value) for name, value in fields.items()}
-        body = await self._request(endpoint.method, path, payload, params=params, none_if_missing=endpoint.optional)
+        body = await self._request(
+            endpoint.method, path, payload, params=params, none_if_missing=endpoint.optional, raw_body=raw_body
+        )
         if body is None or (endpoint.optional and body == b"null"):
             return None
         return endpoint.adapter.validate_json(body)
@@ -674,13 +686,19 @@ class LightningStoreClient(ForwardingLightningStore):
             finished.spans[:0] = stored
         return finished
 
+    def _encoded_span(self, span: Span) -> bytes:
+        """The span as JSON for a request, cut to fit one (never dropped: see `_span_fit`)."""
+        # Room for the brackets and the `finish_attempt` wrapper around the last batch.
+        limit = self.max_body_size - _REQUEST_ENVELOPE_BYTES
+        return fit_span(coerce_span(span), limit, _encode_span)[1]
+
     def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
         """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
         batches: list[bytes] = []
         current: list[bytes] = []
         size = 2  # the brackets
         for span in spans:
-            encoded = _SPAN.dump_json(coerce_span(span), serialize_as_any=True)
+            encoded = self._encoded_span(span)
             if current and size + len(encoded) + 1 > self.max_body_size:
                 batches.append(b"[" + b",".join(current) + b"]")
                 current, size = [], 2

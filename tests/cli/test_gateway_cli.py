@@ -138,3 +138,12 @@ def test_gateway_cli_refuses_bad_upstreams(tmp_path: Path) -> None:
         timeout=60,
     )
     assert completed.returncode == 1 and "bad gateway upstream" in completed.stderr
+
+
+def test_gateway_cli_takes_a_body_size_limit() -> None:
+    from agentlightning.cli.gateway import build_parser
+
+    assert build_parser().parse_args(["--max-body-size", "8MB"]).max_body_size == 8 * 1024 * 1024
+    assert build_parser().parse_args([]).max_body_size == 32 * 1024 * 1024
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-body-size", "lots"])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import httpx
 import pytest
 
 from agentlightning.gateway import Gateway
 from agentlightning.store.sqlite import SqliteLightningStore
 from agentlightning.types import AttemptedRollout
+from tests.support.openai_server import OpenAITestServer
 
 from .conftest import auth, post
 
@@ -76,3 +79,18 @@ async def test_models_route_refusals(gateway: Gateway, attempt: AttemptedRollout
         ).status_code == 404
         assert (await client.post(base + "/models", headers=auth(gateway, attempt))).status_code == 405
         assert (await client.get(base + "/embeddings", headers=auth(gateway, attempt))).status_code == 404
+
+
+async def test_requests_over_the_size_limit_are_413(
+    make_gateway: Callable[..., Any], backend: OpenAITestServer, store: SqliteLightningStore, attempt: AttemptedRollout
+) -> None:
+    gateway = await make_gateway(upstreams=[backend.base_url], max_body_size=32 * 1024)
+    headers = auth(gateway, attempt)
+    huge = {"model": "policy", "messages": [{"role": "user", "content": "x" * 50_000}]}
+    response = await post(url(gateway, attempt, "chat/completions"), headers=headers, json=huge)
+    assert response.status_code == 413 and "32768 bytes" in response.json()["error"]["message"]
+    event = {"event_type": "reward", "data": {"value": 1.0, "note": "x" * 50_000}}
+    assert (
+        await post(gateway.event_url(attempt.rollout_id, attempt.attempt.attempt_id), headers=headers, json=event)
+    ).status_code == 413
+    assert backend.requests == [] and list(await store.query_spans(attempt.rollout_id)) == []

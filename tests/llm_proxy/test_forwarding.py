@@ -314,3 +314,27 @@ async def test_a_malformed_backend_chunk_is_relayed_and_the_call_recorded_with_a
     assert span.status.status_code == "ERROR"
     assert "1 malformed event" in str(span.attributes["error.message"])
     assert span.attributes["gen_ai.completion.0.content"] == "Hello"  # the well-formed chunks are kept
+
+
+async def test_requests_over_the_size_limit_are_413_before_they_are_read(
+    make_proxy: Any, backend: OpenAITestServer, attempt: AttemptedRollout
+):
+    """A 120 MB prompt used to be read whole (proxy RSS 265 -> 438 MB)."""
+    proxy = await make_proxy([model_entry("policy", backend)], max_body_size=64 * 1024)
+    url = f"{proxy.as_resource(attempt.rollout_id, attempt.attempt.attempt_id).endpoint}/chat/completions"
+    body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "x" * 100_000}]}).encode()
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+        for start in range(0, len(body), 8192):
+            yield body[start : start + 8192]
+
+    async with httpx.AsyncClient(timeout=30) as http:
+        declared = await http.post(url, content=body, headers={"content-type": "application/json"})
+        streamed = await http.post(url, content=chunked(), headers={"content-type": "application/json"})
+        fine = await http.post(url, json={"model": "policy", "messages": HI})
+    for refused in (declared, streamed):
+        assert refused.status_code == 413, refused.text
+        assert "65536 bytes" in refused.json()["error"]["message"]
+    assert fine.status_code == 200 and len(backend.requests) == 1  # the refused bodies never reached it
+    with pytest.raises(ValueError, match="max_body_size"):
+        LLMProxy(model_list=[model_entry("policy", backend)], max_body_size=0)
