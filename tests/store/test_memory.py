@@ -294,3 +294,35 @@ async def test_a_long_run_stays_under_the_memory_budget() -> None:
     stats = await stats_of(store)
     assert stats["total_span_bytes"] + stats["total_record_bytes"] <= budget
     assert grown < 2 * budget, f"the store grew by {grown / 1e6:.1f} MB under a {budget / 1e6:.1f} MB budget"
+
+
+class CountingId(str):
+    """A rollout id that counts the equality tests made against it (membership tests in a list make one each)."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountingId.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+async def test_filtering_by_many_ids_costs_o_n_not_n_times_m() -> None:
+    """100k ids used to take 224 s (each rollout and attempt tested against the whole id list); now set lookups.
+
+    Counted in comparisons (deterministic), never in seconds.
+    """
+    store = InMemoryLightningStore()
+    count = 3000
+    rollouts = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(count)])
+    for _ in range(count // 2):  # half of them have attempts too (queried for their latest attempt)
+        assert await store.dequeue_rollout() is not None
+    ids = [CountingId(r.rollout_id) for r in rollouts]
+    CountingId.comparisons = 0
+    page = await store.query_rollouts(rollout_id_in=ids)
+    finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
+    assert page.total == count and finished == []
+    assert sum(1 for r in page.items if hasattr(r, "attempt")) == count // 2
+    assert CountingId.comparisons < 10 * count, CountingId.comparisons  # a scan per id would be ~count**2 / 2
+    await store.close()

@@ -67,6 +67,28 @@ def matches_filters(item: Any, filters: Optional[FilterOptions]) -> bool:
     return all(results)
 
 
+def _set_of(values: Any) -> Any:
+    """`values` as a frozenset when they are all hashable (an O(1) membership test), else as they are."""
+    try:
+        return frozenset(values)
+    except TypeError:
+        return values
+
+
+def compile_filters(filters: Optional[FilterOptions]) -> Optional[FilterOptions]:
+    """The filters with each `within` list as a set: testing N items against M ids costs O(N), not O(N * M)."""
+    if not filters:
+        return filters
+    compiled: dict[str, Any] = {}
+    for field, condition in filters.items():
+        if field == "_must":
+            condition = compile_filters(condition)
+        elif isinstance(condition, dict) and "within" in condition:
+            condition = {**condition, "within": _set_of(condition["within"])}
+        compiled[field] = condition
+    return compiled  # type: ignore[return-value]
+
+
 def _index_candidates(filters: Optional[FilterOptions], indexed: Iterable[str]) -> Optional[tuple[str, list[Any]]]:
     """Pick an indexed field whose values every match must take (from `_must` or an AND filter)."""
     if not filters:
@@ -89,10 +111,17 @@ def _index_candidates(filters: Optional[FilterOptions], indexed: Iterable[str]) 
 
 
 class InMemoryCollection(Collection[T], Generic[T]):
-    """A dict of models with optional secondary indexes on fields used for lookups (e.g. `rollout_id`)."""
+    """A dict of models with optional secondary indexes on fields used for lookups (e.g. `rollout_id`).
 
-    def __init__(self, key_of: Callable[[T], Hashable], *, indexes: Sequence[str] = ()) -> None:
+    `key_field` names the field that is the key (when the key is one field): a filter on it is answered
+    by key lookups instead of a scan.
+    """
+
+    def __init__(
+        self, key_of: Callable[[T], Hashable], *, indexes: Sequence[str] = (), key_field: Optional[str] = None
+    ) -> None:
         self._key_of = key_of
+        self._key_field = key_field
         self._items: dict[Hashable, T] = {}
         self._order: dict[Hashable, int] = {}
         self._counter = 0
@@ -198,15 +227,20 @@ class InMemoryCollection(Collection[T], Generic[T]):
             if len(keys) > 1:
                 keys.sort(key=self._order.__getitem__)
             return [self._items[k] for k in keys]
-        narrowed = _index_candidates(filters, self._indexes)
+        filters = compile_filters(filters)
+        searchable = (*([self._key_field] if self._key_field else []), *self._indexes)
+        narrowed = _index_candidates(filters, searchable)
         if narrowed is None:
             candidates: Iterable[T] = self._items.values()
         else:
             field, values = narrowed
-            buckets = self._indexes[field]
             keys: list[Hashable] = []
-            for value in dict.fromkeys(values):
-                keys.extend(buckets.get(value, ()))
+            if field == self._key_field:
+                keys = [value for value in dict.fromkeys(values) if value in self._items]
+            else:
+                buckets = self._indexes[field]
+                for value in dict.fromkeys(values):
+                    keys.extend(buckets.get(value, ()))
             keys.sort(key=self._order.__getitem__)
             candidates = [self._items[k] for k in keys]
         if not filters:
@@ -338,13 +372,19 @@ class InMemoryLightningCollections(LightningCollections):
     """Collections held in this process; `thread_safe=True` makes `atomic()` take a threading lock."""
 
     def __init__(self, *, thread_safe: bool = False) -> None:
-        self.rollouts: InMemoryCollection[Rollout] = InMemoryCollection(lambda r: r.rollout_id, indexes=("status",))
-        self.attempts: InMemoryCollection[Attempt] = InMemoryCollection(lambda a: a.attempt_id, indexes=("rollout_id",))
+        self.rollouts: InMemoryCollection[Rollout] = InMemoryCollection(
+            lambda r: r.rollout_id, indexes=("status",), key_field="rollout_id"
+        )
+        self.attempts: InMemoryCollection[Attempt] = InMemoryCollection(
+            lambda a: a.attempt_id, indexes=("rollout_id",), key_field="attempt_id"
+        )
         self.spans: InMemoryCollection[Span] = InMemoryCollection(
             lambda s: (s.rollout_id, s.attempt_id, s.span_id), indexes=("rollout_id",)
         )
-        self.resources: InMemoryCollection[ResourcesUpdate] = InMemoryCollection(lambda r: r.resources_id)
-        self.workers: InMemoryCollection[Worker] = InMemoryCollection(lambda w: w.worker_id)
+        self.resources: InMemoryCollection[ResourcesUpdate] = InMemoryCollection(
+            lambda r: r.resources_id, key_field="resources_id"
+        )
+        self.workers: InMemoryCollection[Worker] = InMemoryCollection(lambda w: w.worker_id, key_field="worker_id")
         self.rollout_queue: InMemoryQueue[str] = InMemoryQueue()
         self.span_sequence_ids: InMemoryKeyValue[str, int] = InMemoryKeyValue()
         self.store_meta: InMemoryKeyValue[str, Any] = InMemoryKeyValue()
