@@ -22,6 +22,8 @@ from typing import Any, Literal, Optional, Union
 
 import uvicorn
 
+from .slow_clients import DEFAULT_BODY_DEADLINE, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, guarded_config
+
 __all__ = ["LaunchMode", "PythonServerLauncherArgs", "PythonServerLauncher", "pick_free_port"]
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,11 @@ class PythonServerLauncherArgs:
     process_join_timeout: float = 10.0
     graceful_shutdown_timeout: float = 5.0
     keep_alive_timeout: int = 75
+    # Slow clients (see `utils.slow_clients`): a request's headers must arrive within `header_timeout` s of
+    # its first byte; its body may pause `body_timeout` s at most and must be in `body_deadline` s after them.
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    body_deadline: float = DEFAULT_BODY_DEADLINE
 
     def __post_init__(self) -> None:
         if self.launch_mode not in _LAUNCH_MODES:
@@ -62,6 +69,9 @@ class PythonServerLauncherArgs:
             raise ValueError(f"n_workers must be >= 1, got {self.n_workers}")
         if self.n_workers > 1 and self.launch_mode != "mp":
             raise ValueError(f"n_workers={self.n_workers} needs launch_mode='mp' (got {self.launch_mode!r})")
+        for name in ("header_timeout", "body_timeout", "body_deadline"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         if self.port is not None and not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
 
@@ -127,7 +137,7 @@ class _EmbeddedServer(uvicorn.Server):
 
 def _serve_in_process(app: Any, config: dict[str, Any], sock: socket.socket) -> None:
     """Entry point of an `mp` worker process: serve until SIGTERM/SIGINT (handled by uvicorn)."""
-    server = uvicorn.Server(uvicorn.Config(app, **config))
+    server = uvicorn.Server(guarded_config(app, **config))
     asyncio.run(server.serve(sockets=[sock]))
 
 
@@ -220,6 +230,9 @@ class PythonServerLauncher:
             "lifespan": "auto",
             "timeout_graceful_shutdown": self.args.graceful_shutdown_timeout,
             "timeout_keep_alive": self.args.keep_alive_timeout,
+            "header_timeout": self.args.header_timeout,
+            "body_timeout": self.args.body_timeout,
+            "body_deadline": self.args.body_deadline,
         }
 
     async def start(self) -> None:
@@ -251,7 +264,7 @@ class PythonServerLauncher:
         logger.info("serving at %s (launch mode %s)", self.access_endpoint, mode)
 
     def _start_thread(self, sock: socket.socket) -> None:
-        config = uvicorn.Config(self.app, **self._uvicorn_config())
+        config = guarded_config(self.app, **self._uvicorn_config())
         server = _EmbeddedServer(config)
         self._server = server
         loop = asyncio.new_event_loop()
@@ -279,7 +292,7 @@ class PythonServerLauncher:
         self._thread.start()
 
     def _start_task(self, sock: socket.socket) -> None:
-        config = uvicorn.Config(self.app, **self._uvicorn_config())
+        config = guarded_config(self.app, **self._uvicorn_config())
         server = _EmbeddedServer(config)
         self._server = server
         self._loop = asyncio.get_running_loop()
