@@ -39,7 +39,7 @@ class GatewayConfig:
     """
 
     upstreams: tuple[str, ...] = ()
-    upstream_api_key: Optional[str] = None
+    upstream_api_key: Optional[str] = field(default=None, repr=False)  # a secret: never in reprs or logs
     llm_resource: Optional[str] = None
     train_temperature: Optional[float] = 1.0
     val_temperature: Optional[float] = 0.7

@@ -77,10 +77,10 @@ class Deployment:
     provider: str
     backend_model: str
     api_base: str
-    api_key: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)  # secrets stay out of reprs, and so out of logs
     timeout: Optional[float] = None
-    extra_headers: Optional[tuple[tuple[str, str], ...]] = None
-    litellm_params: Optional[Mapping[str, Any]] = field(default=None, compare=False)
+    extra_headers: Optional[tuple[tuple[str, str], ...]] = field(default=None, repr=False)
+    litellm_params: Optional[Mapping[str, Any]] = field(default=None, compare=False, repr=False)
     """All `litellm_params` of an entry served through LiteLLM (None for the OpenAI-compatible fast path)."""
 
     @property

@@ -35,7 +35,8 @@ class LLM(Resource):
     resource_type: Literal["llm"] = "llm"
     endpoint: str
     model: str
-    api_key: Optional[str] = None
+    # A secret: sent to whoever runs with the resource, never shown in reprs (and so never in logs).
+    api_key: Optional[str] = Field(default=None, repr=False)
     sampling_parameters: dict[str, Any] = Field(default_factory=dict)
 
     def get_base_url(self, *args: Any, **kwargs: Any) -> str:

@@ -17,7 +17,7 @@ from agentlightning.execution import ClientServerExecutionStrategy, SharedMemory
 from agentlightning.runner import Hook, LitAgentRunner
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer.otel import OtelTracer
-from agentlightning.types import NamedResources, PromptTemplate, Rollout
+from agentlightning.types import LLM, NamedResources, PromptTemplate, Rollout
 from tests.execution.conftest import pick_free_port
 
 AGENTOPS_INSTALLED = importlib.util.find_spec("agentops") is not None
@@ -283,11 +283,15 @@ def test_dev_runs_baseline_and_logs_rollouts(caplog: pytest.LogCaptureFixture) -
         strategy="shm",
         tracer=OtelTracer(),
         runner=fast_runner(),
-        initial_resources={"prompt": PromptTemplate(template="{x}", engine="f-string")},
+        initial_resources={
+            "prompt": PromptTemplate(template="{x}", engine="f-string"),
+            "llm": LLM(endpoint="http://127.0.0.1:1/v1", model="m", api_key="sk-never-logged"),
+        },
     )
     trainer.dev(EchoAgent(), [1, 2], val_dataset=[3])
     text = caplog.text
-    assert "Initial resources set" in text
+    assert "Initial resources set" in text and "http://127.0.0.1:1/v1" in text
+    assert "sk-never-logged" not in text  # secrets stay out of logs
     assert text.count("Finished with status succeeded") == 3
     assert "in val mode with sample: 3" in text
     assert "Attribute keys:" in text
