@@ -190,7 +190,7 @@ async def _events(state: GatewayState, request: Request) -> Response:
     except ValueError as exc:
         return _problem(422, str(exc))
     try:
-        await state.directory.check(rollout_id, attempt_id, fresh=True)
+        await state.directory.check(rollout_id, attempt_id)
     except GatewayError as exc:
         return _problem(exc.status_code, exc.message)
     store = state.directory.store

@@ -1,8 +1,9 @@
 """Which rollout attempt a request belongs to, whether it may still report, and where its calls go.
 
-Every gateway request names a rollout and an attempt. `AttemptDirectory` answers from the store (cached
-for a moment, so a burst of LLM calls costs one lookup): unknown rollout or attempt -> 404, an attempt
-that is no longer the rollout's latest or has already ended -> 409. It also resolves the upstream model
+Every gateway request names a rollout and an attempt. `AttemptDirectory` answers from the store, following
+its fencing: unknown rollout or attempt -> 404; an attempt that is no longer the rollout's latest, has
+ended (succeeded / failed) or went stale (timeout / unresponsive) -> 409. The rollout is cached for a
+moment; the attempt's status is read on every request, so nothing is accepted after the attempt ended. It also resolves the upstream model
 server of the attempt: one of the configured replicas, pinned by a hash of the rollout id, or the
 endpoint of the rollout's `LLM` resource.
 """
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AttemptDirectory", "GatewayError", "Upstream", "pin_replica"]
 
-ENDED_ATTEMPT_STATUSES = ("succeeded", "failed", "timeout")
+# Attempts that may not report any more: ended on their own, or given up by the store's watchdog (stale).
+ENDED_ATTEMPT_STATUSES = ("succeeded", "failed", "timeout", "unresponsive")
 
 
 class GatewayError(Exception):
@@ -73,23 +75,27 @@ class AttemptDirectory:
         except ValueError as exc:
             raise ValueError(f"bad gateway upstream: {exc}") from None
         self._replica_bases = list(config.upstreams)
-        self._checked: dict[tuple[str, str], tuple[float, Rollout]] = {}
+        self._rollouts: dict[str, tuple[float, Rollout]] = {}
         # Resources can be updated in place (same id, new version), so resolved upstreams expire too.
         self._resource_upstreams: dict[tuple[str, Optional[str]], tuple[float, Upstream]] = {}
 
-    async def check(self, rollout_id: str, attempt_id: str, *, fresh: bool = False) -> Rollout:
-        """The rollout, if `attempt_id` is its latest attempt and still running; else a `GatewayError`.
+    async def check(self, rollout_id: str, attempt_id: str) -> Rollout:
+        """The rollout, if `attempt_id` is its latest attempt and still live; else a `GatewayError`.
 
-        A positive answer is reused for `attempt_cache_seconds` unless `fresh` (events always ask the store).
+        The rollout is reused for `attempt_cache_seconds`; the attempt is read from the store every time.
         """
-        key = (rollout_id, attempt_id)
         now = time.monotonic()
-        cached = self._checked.get(key)
-        if not fresh and cached is not None and cached[0] > now:
-            return cached[1]
-        rollout = await self.store.get_rollout_by_id(rollout_id)
-        if rollout is None:
-            raise GatewayError(404, f"rollout {rollout_id!r} not found; was it enqueued in this gateway's store?")
+        cached = self._rollouts.get(rollout_id)
+        if cached is not None and cached[0] > now:
+            rollout = cached[1]
+        else:
+            found = await self.store.get_rollout_by_id(rollout_id)
+            if found is None:
+                raise GatewayError(404, f"rollout {rollout_id!r} not found; was it enqueued in this gateway's store?")
+            rollout = found
+            if len(self._rollouts) > 10_000:
+                self._rollouts = {k: v for k, v in self._rollouts.items() if v[0] > now}
+            self._rollouts[rollout_id] = (now + self.config.attempt_cache_seconds, rollout)
         latest = await self.store.get_latest_attempt(rollout_id)
         if latest is None or latest.attempt_id != attempt_id:
             attempts = await self.store.query_attempts(rollout_id)
@@ -107,14 +113,11 @@ class AttemptDirectory:
                 f"attempt {attempt_id!r} of rollout {rollout_id!r} already ended ({latest.status}); "
                 "events and LLM calls after the end are refused",
             )
-        if len(self._checked) > 10_000:
-            self._checked = {k: v for k, v in self._checked.items() if v[0] > now}
-        self._checked[key] = (now + self.config.attempt_cache_seconds, rollout)
         return rollout
 
     def forget(self, rollout_id: str, attempt_id: str) -> None:
-        """Drop a cached check (e.g. once the attempt has ended)."""
-        self._checked.pop((rollout_id, attempt_id), None)
+        """Drop the cached rollout (e.g. once its attempt has ended)."""
+        self._rollouts.pop(rollout_id, None)
 
     async def upstream(self, rollout: Rollout) -> Upstream:
         """The model server of `rollout`: its pinned replica, or its LLM resource's endpoint."""

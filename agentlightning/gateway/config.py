@@ -32,8 +32,8 @@ class GatewayConfig:
         train_logprobs: ask for logprobs of sampled tokens in train mode (what RL needs).
         num_retries: extra attempts on transport errors and on 408/409/429/5xx, with backoff.
         request_timeout: seconds an upstream may take to answer (streams: between two chunks).
-        attempt_cache_seconds: how long a checked rollout attempt (and the upstream read from its resources)
-            is trusted before the store is asked again.
+        attempt_cache_seconds: how long a rollout (and the upstream read from its resources) is trusted
+            before the store is asked again; the attempt's status is read on every request.
         max_body_size: largest request body accepted, in bytes (default 32 MiB); larger ones get HTTP 413
             before they are read.
     """

@@ -66,6 +66,24 @@ async def test_unknown_and_stale_attempts_are_refused(
     assert list(await store.query_spans(attempt.rollout_id)) == []
 
 
+@pytest.mark.parametrize("status", ["succeeded", "failed", "timeout", "unresponsive"])
+async def test_calls_right_after_the_attempt_ended_are_refused(
+    make_gateway: Callable[..., Any],
+    backend: OpenAITestServer,
+    store: SqliteLightningStore,
+    attempt: AttemptedRollout,
+    status: str,
+) -> None:
+    """A checked attempt used to be trusted for attempt_cache_seconds (2 s), so calls after its end went through."""
+    gateway = await make_gateway(upstreams=[backend.base_url], attempt_cache_seconds=3600)
+    target = url(gateway, attempt, "chat/completions")
+    assert (await post(target, headers=auth(gateway, attempt), json=GOOD["chat/completions"])).status_code == 200
+    await store.update_attempt(attempt.rollout_id, attempt.attempt.attempt_id, status=status)
+    late = await post(target, headers=auth(gateway, attempt), json=GOOD["chat/completions"])
+    assert late.status_code == 409 and f"already ended ({status})" in late.json()["error"]["message"]
+    assert len(backend.requests) == 1
+
+
 async def test_models_route_refusals(gateway: Gateway, attempt: AttemptedRollout) -> None:
     base = gateway.openai_base_url(attempt.rollout_id, attempt.attempt.attempt_id, "train")
     async with httpx.AsyncClient(timeout=30.0) as client:

@@ -110,6 +110,19 @@ async def test_stale_and_ended_attempts_are_409(
     assert list(await store.query_spans(attempt.rollout_id)) == []
 
 
+async def test_an_unresponsive_attempt_may_not_report(
+    gateway: Gateway, store: SqliteLightningStore, attempt: AttemptedRollout
+) -> None:
+    """The store fences an attempt its watchdog gave up on; its events used to be accepted."""
+    await store.update_attempt(attempt.rollout_id, attempt.attempt.attempt_id, status="unresponsive")
+    reward = {"event_type": "reward", "data": {"value": 1.0}}
+    response = await post(
+        events_url(gateway, attempt.rollout_id, attempt.attempt.attempt_id), headers=auth(gateway, attempt), json=reward
+    )
+    assert response.status_code == 409 and "already ended (unresponsive)" in response.json()["detail"]
+    assert list(await store.query_spans(attempt.rollout_id)) == []
+
+
 async def test_missing_or_wrong_key_is_401(gateway: Gateway, attempt: AttemptedRollout) -> None:
     url = events_url(gateway, attempt.rollout_id, attempt.attempt.attempt_id)
     reward = {"event_type": "reward", "data": {"value": 1.0}}
