@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .idempotency import IdempotencyLedger
 
 __all__ = [
+    "StorageUnavailableError",
     "UNSET",
     "Unset",
     "is_unset",
@@ -42,6 +43,14 @@ __all__ = [
     "SortOrder",
     "FilterLogic",
 ]
+
+
+class StorageUnavailableError(RuntimeError):
+    """The store's storage refuses the call (disk full, read-only file or database); nothing was written.
+
+    Over HTTP it is answered 503 (`error_type` `StorageUnavailableError`), and `/v1/agl/health` reports it.
+    """
+
 
 SortOrder = Literal["asc", "desc"]
 FilterLogic = Literal["and", "or"]
@@ -128,6 +137,13 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
 
     async def close(self) -> None:
         """Release connections and background resources. Idempotent."""
+
+    def storage_problem(self) -> Optional[str]:
+        """Why the store's storage refused its last write (disk full, read-only), or None when it writes fine.
+
+        Cleared by the next write that succeeds. Stores that keep data in memory always answer None.
+        """
+        return None
 
     def idempotency_ledger(self) -> Optional[IdempotencyLedger]:
         """A ledger of request answers in this store's database, shared by every process serving it.

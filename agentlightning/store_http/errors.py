@@ -1,7 +1,8 @@
 """How store errors travel over HTTP: status codes and JSON bodies on the server, exceptions on the client.
 
 Server side, a `StateConflictError` from the store (a refused transition, a stale attempt) becomes 409,
-another `ValueError` 400, a `KeyError` 404, `NotImplementedError` 501, anything unexpected 500; every
+another `ValueError` 400, a `KeyError` 404, `NotImplementedError` 501, a `StorageUnavailableError` (disk full,
+read-only) 503 with its message, anything unexpected 500; every
 error body is JSON `{"detail": str, "error_type": str}`. A 500 says only the exception type and an
 `error_id`; the traceback goes to the server log under that id, never to the client (it would show
 install paths and internals). The client turns them back into exceptions of the same family, so code
@@ -15,6 +16,7 @@ import logging
 import uuid
 from typing import Any, Optional
 
+from agentlightning.store.base import StorageUnavailableError
 from agentlightning.store.transitions import ForbiddenTransitionError, StaleAttemptError, StateConflictError
 
 __all__ = [
@@ -73,6 +75,8 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
         return 409, error_body(_message(exc), type(exc).__name__)
     if isinstance(exc, ValueError):
         return 400, error_body(_message(exc), "ValueError")
+    if isinstance(exc, StorageUnavailableError):  # disk full, read-only: the operator can fix it; say how
+        return 503, error_body(_message(exc), "StorageUnavailableError")
     if isinstance(exc, OverflowError):  # a number the backend cannot store (SQL integers are 64-bit)
         return 422, error_body(f"a number in the request is out of range: {_message(exc)}", "ValidationError")
     error_id = uuid.uuid4().hex[:16]

@@ -56,6 +56,10 @@ class SqlEngine(ABC):
     async def close(self) -> None:
         """Release connections and threads. Idempotent; the engine reopens on next use."""
 
+    def storage_problem(self, exc: BaseException) -> Optional[str]:
+        """What `exc` says about the storage when the database refused for want of room or write access; else None."""
+        return None
+
 
 def run_without_suspending(coroutine: Coroutine[Any, Any, T]) -> T:
     """Drive a coroutine that never suspends to completion, synchronously, on the calling thread."""

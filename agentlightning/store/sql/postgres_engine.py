@@ -162,6 +162,16 @@ class PostgresEngine(SqlEngine):
                 raise
         raise AssertionError("unreachable")
 
+    def storage_problem(self, exc: BaseException) -> Optional[str]:
+        try:
+            psycopg, _ = import_psycopg()
+        except ImportError:
+            return None
+        # Class 53 (disk full, out of memory...) and a read-only transaction (a hot standby, a read-only server).
+        if isinstance(exc, (psycopg.errors.InsufficientResources, psycopg.errors.ReadOnlySqlTransaction)):
+            return f"PostgreSQL refuses writes: {exc}"
+        return None
+
     async def drop_schema(self) -> None:
         """Drop everything the store created: the whole schema when one was given, else the agl_ tables."""
         pool = await self._pool()

@@ -47,6 +47,12 @@ _RETRY_FIRST_SLEEP = 0.0005
 _RETRY_MAX_SLEEP = 0.005
 
 
+# SQLite result codes (and, before Python 3.11, messages) that mean the storage refused: read-only file or
+# database, disk full, I/O error, file that cannot be opened.
+_STORAGE_ERRORS = ("SQLITE_READONLY", "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+_STORAGE_MESSAGES = ("readonly database", "read-only", "disk is full", "disk i/o error", "unable to open database")
+
+
 class _Reply:
     """Where a write call's outcome goes: the caller's asyncio future, set on the caller's loop.
 
@@ -150,6 +156,15 @@ class SqliteEngine(SqlEngine):
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-sqlite")
             return self._executor
+
+    def storage_problem(self, exc: BaseException) -> Optional[str]:
+        if not isinstance(exc, sqlite3.DatabaseError):
+            return None
+        name = getattr(exc, "sqlite_errorname", "")  # Python >= 3.11
+        text = str(exc).lower()
+        if name.startswith(_STORAGE_ERRORS) or any(marker in text for marker in _STORAGE_MESSAGES):
+            return f"SQLite file {self.path!r} refuses writes: {exc}"
+        return None
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:" and not self.path.startswith("file:"):
@@ -266,7 +281,8 @@ class SqliteEngine(SqlEngine):
                         try:
                             result = run_without_suspending(group[0][0](_SqliteTransaction(conn)))  # type: ignore[arg-type]
                         except Exception as exc:
-                            conn.execute("ROLLBACK")
+                            if conn.in_transaction:  # SQLite may have rolled it back itself (e.g. disk full)
+                                conn.execute("ROLLBACK")
                             outcomes.append((False, exc))
                             return False
                         conn.execute("COMMIT")
@@ -277,6 +293,8 @@ class SqliteEngine(SqlEngine):
                         try:
                             result = run_without_suspending(body(_SqliteTransaction(conn)))  # type: ignore[arg-type]
                         except Exception as exc:  # this call fails alone; the others in the group commit
+                            if not conn.in_transaction:  # SQLite rolled the whole group back (e.g. disk full)
+                                raise
                             conn.execute("ROLLBACK TO agl_call")
                             conn.execute("RELEASE agl_call")
                             outcomes.append((False, exc))

@@ -37,6 +37,7 @@ from ..base import (
     LightningStoreCapabilities,
     LightningStoreStatistics,
     SortOrder,
+    StorageUnavailableError,
     is_unset,
 )
 from ..collection.tracking import tracked
@@ -79,6 +80,7 @@ class SqlLightningStore(BackendLightningStore):
     ) -> None:
         self._engine = engine
         self._ledger: Optional[SqlIdempotencyLedger] = None
+        self._storage_problem: Optional[str] = None
         self._start_machinery(clock=clock, tracker=tracker, scan_debounce_seconds=scan_debounce_seconds)
 
     @property
@@ -108,7 +110,7 @@ class SqlLightningStore(BackendLightningStore):
             queued[0] = st.queued
             return result
 
-        result = await self._engine.run(body, write=True)
+        result = await self._run(body, write=True)
         for rollout_id in finished:
             self._waiters.notify(rollout_id)
         if queued[0]:
@@ -121,7 +123,26 @@ class SqlLightningStore(BackendLightningStore):
         async def body(tx: SqlTransaction) -> T:
             return await step(StoreTransaction(tx, now))
 
-        return await self._engine.run(body, write=False)
+        return await self._run(body, write=False)
+
+    async def _run(self, body: Callable[[SqlTransaction], Awaitable[T]], *, write: bool) -> T:
+        """Run a transaction; a database that refuses for want of room or write access is a StorageUnavailableError."""
+        try:
+            result = await self._engine.run(body, write=write)
+        except Exception as exc:
+            problem = self._engine.storage_problem(exc)
+            if problem is None:
+                raise
+            self._storage_problem = problem
+            raise StorageUnavailableError(
+                f"{problem}; free disk space or make the storage writable, then retry (nothing was written)"
+            ) from exc
+        if write:
+            self._storage_problem = None
+        return result
+
+    def storage_problem(self) -> Optional[str]:
+        return self._storage_problem
 
     # ---- the watchdog ----
 
