@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SIZE",
         help="memory backend: bytes of spans, rollouts and attempts to keep; beyond it the oldest finished "
-        "rollouts lose their spans, then are dropped (e.g. 512M, 2GB, or 0.5 of RAM; default 0.7 of RAM)",
+        "rollouts lose their spans, then are dropped (e.g. 512M, 2GB, or 0.5 of the memory available: the "
+        "container's cgroup limit, else RAM; default 0.7 of it)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser

@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 from pydantic import BaseModel
 
 from agentlightning.types import Attempt, AttemptedRollout, Rollout, Span
+from agentlightning.utils.memory_limit import memory_limit_bytes
 
 from ._arguments import RolloutDraft
 from .base import LightningStoreCapabilities, LightningStoreStatistics
@@ -111,12 +112,8 @@ def estimate_record_size(record: Union[Rollout, Attempt]) -> int:
 
 
 def _system_memory_bytes() -> int:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-    except Exception:
-        return 8 * 1024**3
+    """The memory this process may use: the cgroup (container) limit when there is one, else the host's RAM."""
+    return memory_limit_bytes()
 
 
 def _resolve_threshold(name: str, value: Threshold, capacity: int) -> int:
@@ -137,7 +134,8 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
     Args:
         thread_safe: serialise calls from several threads with a lock (async use needs none).
         eviction_memory_threshold: the memory budget: bytes of spans, rollouts and attempts that trigger
-            eviction; int = bytes, float = fraction of system memory; default 70 % of system memory.
+            eviction; int = bytes, float = fraction of the memory this process may use (its cgroup limit in
+            a container, else the host's RAM: `utils.memory_limit`); default 70 % of it.
         safe_memory_threshold: eviction stops below this; same units; default 80 % of the eviction one.
         span_size_estimator: bytes of one span; default `estimate_span_size`.
         record_size_estimator: bytes of one rollout or attempt; default `estimate_record_size`.
