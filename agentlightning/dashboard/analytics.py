@@ -200,7 +200,8 @@ async def throughput(
 ) -> Throughput:
     """Finished rollouts per time bucket, from the oldest to the newest of the `limit` most recent.
 
-    Without `bucket_seconds`, a round size is picked so the range fits in about 60 buckets.
+    Without `bucket_seconds`, a round size is picked so the range fits in about 60 buckets; a size too
+    small for the range is raised to the smallest that gives at most `MAX_SERIES_POINTS` buckets.
     """
     if bucket_seconds is not None and not bucket_seconds > 0:
         raise ValueError(f"bucket_seconds must be > 0, got {bucket_seconds}")
@@ -209,14 +210,9 @@ async def throughput(
     if not rollouts:
         return Throughput(bucket_seconds=bucket_seconds or 60.0, buckets=[], total=0)
     first, last = min(ends), max(ends)
-    size = bucket_seconds or pick_bucket_seconds(last - first)
+    size = max(bucket_seconds or pick_bucket_seconds(last - first), (last - first) / (MAX_SERIES_POINTS - 2))
     origin = math.floor(first / size) * size
     n_buckets = int((last - origin) // size) + 1
-    if n_buckets > MAX_SERIES_POINTS:
-        raise ValueError(
-            f"bucket_seconds={size} gives {n_buckets} buckets over {last - first:.0f} s; "
-            f"use a larger bucket (at most {MAX_SERIES_POINTS} buckets)"
-        )
     buckets = [ThroughputBucket(start=origin + i * size) for i in range(n_buckets)]
     for rollout, end in zip(rollouts, ends, strict=True):
         bucket = buckets[int((end - origin) // size)]

@@ -32,7 +32,7 @@ from agentlightning.store_http.bodies import StoreRoute, json_response
 from agentlightning.store_http.errors import HTTPError
 from agentlightning.types import WORKER_STATUSES
 
-from .analytics import reward_series, throughput
+from .analytics import MAX_SERIES_POINTS, reward_series, throughput
 from .finished import FinishedRollouts
 from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
@@ -149,7 +149,11 @@ def build_dashboard_router() -> APIRouter:
         return json_response(result)
 
     @api.get("/analytics/rewards")
-    async def rewards(request: Request, mode_in: Optional[list[str]] = Query(None), limit: int = 2000) -> Response:
+    async def rewards(
+        request: Request,
+        mode_in: Optional[list[str]] = Query(None),
+        limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
+    ) -> Response:
         caches = _caches(request)
         series = await reward_series(
             _store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished
@@ -160,8 +164,8 @@ def build_dashboard_router() -> APIRouter:
     async def finishing_throughput(
         request: Request,
         mode_in: Optional[list[str]] = Query(None),
-        bucket_seconds: Optional[float] = None,
-        limit: int = 2000,
+        bucket_seconds: Optional[float] = Query(None, gt=0, allow_inf_nan=False),
+        limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
     ) -> Response:
         result = await throughput(
             _store(request),

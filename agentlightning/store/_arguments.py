@@ -25,7 +25,7 @@ from agentlightning.types.core import (
 from agentlightning.types.tracer import Span
 
 from ._finite import check_finite, check_finite_number, encode_non_finite, finite_span
-from .base import is_unset
+from .base import UnknownEntityError, is_unset
 from .utils import (
     check_attempt_status,
     check_filter_logic,
@@ -365,27 +365,27 @@ def span_field_filters(
 
 
 def rollout_not_found(rollout_id: str) -> ValueError:
-    return ValueError(f"rollout {rollout_id!r} not found; was it enqueued in this store?")
+    return UnknownEntityError(f"rollout {rollout_id!r} not found; was it enqueued in this store?")
 
 
 def no_attempts_yet(rollout_id: str) -> ValueError:
-    return ValueError(f"rollout {rollout_id!r} has no attempts yet; dequeue or start one first")
+    return UnknownEntityError(f"rollout {rollout_id!r} has no attempts yet; dequeue or start one first")
 
 
 def attempt_not_found(rollout_id: str, attempt_id: str) -> ValueError:
-    return ValueError(f"attempt {attempt_id!r} not found in rollout {rollout_id!r}")
+    return UnknownEntityError(f"attempt {attempt_id!r} not found in rollout {rollout_id!r}")
 
 
 def resources_not_found(resources_id: str) -> ValueError:
-    return ValueError(f"resources {resources_id!r} not found; add them with add_resources/update_resources")
+    return UnknownEntityError(f"resources {resources_id!r} not found; add them with add_resources/update_resources")
 
 
 def span_rollout_not_found(span: Span) -> ValueError:
-    return ValueError(f"span {span.span_id!r} refers to rollout {span.rollout_id!r}, which does not exist")
+    return UnknownEntityError(f"span {span.span_id!r} refers to rollout {span.rollout_id!r}, which does not exist")
 
 
 def span_attempt_not_found(span: Span) -> ValueError:
-    return ValueError(
+    return UnknownEntityError(
         f"span {span.span_id!r} refers to attempt {span.attempt_id!r}, which does not exist in "
         f"rollout {span.rollout_id!r}"
     )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "StorageUnavailableError",
+    "UnknownEntityError",
     "UNSET",
     "Unset",
     "is_unset",
@@ -50,6 +51,10 @@ class StorageUnavailableError(RuntimeError):
 
     Over HTTP it is answered 503 (`error_type` `StorageUnavailableError`), and `/v1/agl/health` reports it.
     """
+
+
+class UnknownEntityError(ValueError):
+    """A call names a rollout, attempt or resources bundle the store does not hold (HTTP 404, `ValueError`)."""
 
 
 SortOrder = Literal["asc", "desc"]

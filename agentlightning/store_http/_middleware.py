@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,6 +20,7 @@ __all__ = [
     "BodySizeLimitMiddleware",
     "BearerAuthMiddleware",
     "HttpMetricsMiddleware",
+    "MethodNotAllowedMiddleware",
     "prometheus_app",
 ]
 
@@ -128,3 +129,49 @@ def prometheus_app(registry: Any) -> ASGIApp:
         registry = prometheus_client.CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return prometheus_client.make_asgi_app(registry=registry)
+
+
+class MethodNotAllowedMiddleware:
+    """Pure ASGI middleware answering 405 with an exact `Allow` header for API paths served by other methods.
+
+    Without it a request such as `PUT /v1/agl/rollouts` falls through to the pages mounted at `/` (which
+    answer `Allow: GET, HEAD`), or Starlette reports the methods of one of the path's routes only. A literal
+    path (`/v1/agl/rollouts/search`, `/v1/agl/resources/latest`) allows its own methods only: `GET
+    /v1/agl/rollouts/search` is a 405, not a lookup of a rollout named "search".
+    """
+
+    def __init__(self, app: ASGIApp, routes: Sequence[Any], prefix: str = "/v1/") -> None:
+        self.app = app
+        self.prefix = prefix
+        self.static: dict[str, set[str]] = {}
+        self.templated: list[tuple[Any, set[str]]] = []
+        for route in routes:
+            path, methods = getattr(route, "path", ""), getattr(route, "methods", None)
+            if not methods or not path.startswith(prefix):
+                continue
+            if "{" in path:
+                self.templated.append((route.path_regex, set(methods)))
+            else:
+                self.static.setdefault(path, set()).update(methods)
+
+    def _allowed(self, path: str) -> set[str]:
+        literal = self.static.get(path)
+        if literal is not None:  # a literal path (".../search", ".../latest") is not also an id of a template
+            return set(literal)
+        allowed: set[str] = set()
+        for regex, methods in self.templated:
+            if regex.match(path):
+                allowed |= methods
+        return allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self.prefix):
+            allowed = self._allowed(scope["path"])
+            if allowed and scope["method"] not in allowed:
+                listed = ", ".join(sorted(allowed))
+                body = error_body(
+                    f"method {scope['method']} is not allowed on {scope['path']}; use {listed}", "MethodNotAllowed"
+                )
+                await _send_json(send, 405, body, (b"allow", listed.encode()))
+                return
+        await self.app(scope, receive, send)

@@ -25,6 +25,7 @@ from ._middleware import (
     BearerAuthMiddleware,
     BodySizeLimitMiddleware,
     HttpMetricsMiddleware,
+    MethodNotAllowedMiddleware,
     prometheus_app,
 )
 from .context import API_PREFIX, HEALTH_PATH, ServingState
@@ -144,6 +145,7 @@ def build_store_app(
         # Pages mounted at "/" hold no data; the API calls they make still need the token.
         return serves_pages and not path.startswith("/v1/")
 
+    app.add_middleware(MethodNotAllowedMiddleware, routes=list(app.router.routes))  # type: ignore[arg-type]
     # Innermost: an answer is remembered or replayed only for a request that passed auth and the size limit.
     ledger = store.idempotency_ledger() if shared_idempotency else None
     if shared_idempotency and ledger is None:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional, TypeVar, Union
 from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -42,7 +42,17 @@ M = TypeVar("M", bound=BaseModel)
 # Counts and offsets travel as 64-bit integers into SQL; larger values are refused up front (422 naming the field).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+def _json_number(value: Any) -> Any:
+    """Refuse `true` and `"5"` where a number is due (pydantic's lax mode would take them as 1 and 5)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+    return value
+
+
+Int64 = Annotated[int, BeforeValidator(_json_number), Field(ge=INT64_MIN, le=INT64_MAX)]
+Seconds = Annotated[float, BeforeValidator(_json_number)]
 
 
 def check_int64(value: int, field: str) -> None:
@@ -89,10 +99,10 @@ def validation_error(exc: ValidationError, what: str) -> HTTPError:
 
 async def read_json(request: Request, model: type[M], *, optional: bool = False) -> M:
     raw = await request.body()
-    if not raw.strip():
-        if not optional:
-            raise HTTPError(400, f"request body required: a JSON object for {model.__name__}")
-        raw = b"{}"
+    if not raw and optional:
+        raw = b"{}"  # no body at all: every field takes its default
+    elif not raw.strip():
+        raise HTTPError(400, f"request body required: a JSON object for {model.__name__}")
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
@@ -127,7 +137,7 @@ class DequeueBody(_Body):
     limit: Int64 = 1
     worker_id: Optional[str] = None
     # Long-poll: seconds to wait for a rollout while the queue is empty (capped by the server); 0/None: answer now.
-    wait: Optional[float] = None
+    wait: Optional[Seconds] = None
 
 
 class StartRolloutBody(_Body):
@@ -175,7 +185,7 @@ class QueryAttemptsBody(_Body):
 class UpdateAttemptBody(_Body):
     status: Optional[str] = None
     worker_id: Optional[str] = None
-    last_heartbeat_time: Optional[float] = None
+    last_heartbeat_time: Optional[Seconds] = None
     metadata: Optional[dict[str, Any]] = None
 
 
@@ -227,7 +237,7 @@ class ManySequenceIdsBody(_Body):
 
 class WaitBody(_Body):
     rollout_ids: list[str]
-    timeout: Optional[float] = None
+    timeout: Optional[Seconds] = None
 
 
 class StoreRoute(APIRoute):

@@ -16,7 +16,7 @@ import logging
 import uuid
 from typing import Any, Optional
 
-from agentlightning.store.base import StorageUnavailableError
+from agentlightning.store.base import StorageUnavailableError, UnknownEntityError
 from agentlightning.store.transitions import ForbiddenTransitionError, StaleAttemptError, StateConflictError
 
 __all__ = [
@@ -73,6 +73,8 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
         return 404, error_body(_message(exc), "KeyError")
     if isinstance(exc, StateConflictError):
         return 409, error_body(_message(exc), type(exc).__name__)
+    if isinstance(exc, UnknownEntityError):  # still a ValueError for clients: the error type says so
+        return 404, error_body(_message(exc), "ValueError")
     if isinstance(exc, ValueError):
         return 400, error_body(_message(exc), "ValueError")
     if isinstance(exc, StorageUnavailableError):  # disk full, read-only: the operator can fix it; say how

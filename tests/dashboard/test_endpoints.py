@@ -252,7 +252,7 @@ async def test_reward_series_by_mode_keeps_the_most_recent(http: httpx.AsyncClie
     latest = await get_ok(http, "/analytics/rewards", mode_in="val", limit=2)
     assert latest["total"] == len(everything)
     assert [p["rollout_id"] for p in latest["items"]] == [p["rollout_id"] for p in everything[-2:]]
-    assert (await http.get(f"{API}/analytics/rewards", params={"limit": 0})).status_code == 400
+    assert (await http.get(f"{API}/analytics/rewards", params={"limit": 0})).status_code == 422
 
 
 async def test_throughput_counts_finished_rollouts_per_bucket(http: httpx.AsyncClient, seeded: Seeded) -> None:
@@ -266,7 +266,7 @@ async def test_throughput_counts_finished_rollouts_per_bucket(http: httpx.AsyncC
     auto = await get_ok(http, "/analytics/throughput")
     assert len(auto["buckets"]) <= 61 and auto["total"] == result["total"]
     bad = await http.get(f"{API}/analytics/throughput", params={"bucket_seconds": -5})
-    assert bad.status_code == 400 and "bucket_seconds" in bad.json()["detail"]
+    assert bad.status_code == 422 and "bucket_seconds" in bad.json()["detail"]
 
 
 async def test_throughput_of_an_empty_store_has_no_buckets() -> None:

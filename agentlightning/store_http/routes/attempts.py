@@ -29,6 +29,7 @@ from ..bodies import (
     reject_nulls,
 )
 from ..context import API_PREFIX, store_of
+from ..errors import HTTPError
 from ..openapi import json_body
 from .rollouts import rollout_exists
 
@@ -111,6 +112,16 @@ def build_attempts_router() -> APIRouter:
             raise await missing_or(exc, lambda: attempt_exists(store, rollout_id, attempt_id)) from None
 
     @api.post(
+        "/rollouts/{rollout_id}/attempts/latest",
+        response_model=Attempt,
+        openapi_extra=json_body(UpdateAttemptBody),
+        summary="Update Latest Attempt",
+    )
+    async def update_latest_attempt(rollout_id: str, request: Request) -> Response:
+        """`update_attempt(rollout_id, "latest", ...)`: the rollout's latest attempt, whichever it is."""
+        return await update_attempt(rollout_id, "latest", request)
+
+    @api.post(
         "/rollouts/{rollout_id}/attempts/{attempt_id}/finish",
         response_model=FinishedAttempt,
         openapi_extra=json_body(FinishAttemptBody),
@@ -122,6 +133,13 @@ def build_attempts_router() -> APIRouter:
         check_attempt_status(body.status)
         for span in body.spans:
             check_int64(span.sequence_id, "spans.sequence_id")
+            if (span.rollout_id, span.attempt_id) != (rollout_id, attempt_id):  # the body contradicts the URL
+                raise HTTPError(
+                    409,
+                    f"span {span.span_id!r} belongs to rollout {span.rollout_id!r} attempt {span.attempt_id!r}, not to "
+                    f"the attempt being finished ({rollout_id!r}, {attempt_id!r}); send it with add_many_spans",
+                    "ValueError",
+                )
         try:
             finished = await store.finish_attempt(rollout_id, attempt_id, body.status, body.spans)  # type: ignore[arg-type]
         except (ValueError, KeyError) as exc:

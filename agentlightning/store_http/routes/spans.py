@@ -49,7 +49,10 @@ async def _query_spans(store: LightningStore, q: QuerySpansBody) -> Response:
 def build_spans_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["spans"])
 
-    @api.post("/spans", status_code=201, response_model=Span, openapi_extra=json_body(Span, name="SpanInput"))
+    # `null` when the span repeats one already stored (a duplicate is skipped: first write wins).
+    @api.post(
+        "/spans", status_code=201, response_model=Optional[Span], openapi_extra=json_body(Span, name="SpanInput")
+    )
     async def add_span(request: Request) -> Response:
         store = store_of(request)
         raw = await request.body()
