@@ -100,7 +100,10 @@ _BODY_RULES: dict[str, dict[str, dict[str, Any]]] = {
     "StartRolloutBody": {"resources_id": _NO_NUL, "worker_id": _NO_NUL},
     "StartAttemptBody": {"worker_id": _NO_NUL},
     "EnqueueRolloutRequest": {"resources_id": _NO_NUL},
-    "Span": {"sequence_id": _INT64, **{f: _NO_NUL for f in ("rollout_id", "attempt_id", "trace_id", "span_id", "name")}},
+    "Span": {
+        "sequence_id": _INT64,
+        **{f: _NO_NUL for f in ("rollout_id", "attempt_id", "trace_id", "span_id", "name")},
+    },
 }
 _BODY_RULES["SpanInput"] = _BODY_RULES["Span"]
 _NOT_NULL: dict[str, tuple[str, ...]] = {

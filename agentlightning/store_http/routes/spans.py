@@ -50,9 +50,7 @@ def build_spans_router() -> APIRouter:
     api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["spans"])
 
     # `null` when the span repeats one already stored (a duplicate is skipped: first write wins).
-    @api.post(
-        "/spans", status_code=201, response_model=Optional[Span], openapi_extra=json_body(Span, name="SpanInput")
-    )
+    @api.post("/spans", status_code=201, response_model=Optional[Span], openapi_extra=json_body(Span, name="SpanInput"))
     async def add_span(request: Request) -> Response:
         store = store_of(request)
         raw = await request.body()
