@@ -23,16 +23,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter
 
-from agentlightning.store._arguments import (
-    check_dequeue_wait,
-    check_resources,
-    check_wait_timeout,
-    check_worker_id,
-    coerce_config,
-    coerce_span,
-    coerce_stats,
-)
-from agentlightning.store._finite import check_finite, check_finite_number
+from agentlightning.store._arguments import check_dequeue_wait, check_resources, check_wait_timeout, check_worker_id
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -53,8 +44,8 @@ from agentlightning.types import (
 )
 
 from ._idempotency import IDEMPOTENCY_KEY_HEADER
+from ._payloads import check_documents, checked_config, encoded_span
 from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
-from ._span_fit import fit_span
 from .errors import (
     NOT_FOUND_ERROR_TYPE,
     LightningStoreNotFoundError,
@@ -127,34 +118,6 @@ def _json_value(value: Any) -> Any:
 def _route_missing(error: LightningStoreRequestError) -> bool:
     """Whether a server answered that it has no such route (an older version), not that an entity is missing."""
     return error.status in (404, 405) and not error.error_type
-
-
-# Bytes a span batch may need around its spans: the brackets and `{"status": ..., "spans": }` of `/finish`.
-_REQUEST_ENVELOPE_BYTES = 64
-
-
-def _encode_span(span: Span) -> bytes:
-    return _SPAN.dump_json(span, serialize_as_any=True)
-
-
-def _checked_config(config: Any) -> Any:
-    """A config validated here, so values JSON cannot carry (NaN, infinity) fail as they would in process."""
-    return None if config is None else coerce_config(config)
-
-
-def _check_documents(fields: dict[str, Any], prefix: str = "") -> None:
-    """Apply the store's rules for NaN / infinity here, since JSON would carry them as null (see `store._finite`).
-
-    Documents are refused with the error an in-process store raises; `heartbeat_stats` is replaced in
-    `fields` by its encoded form (spans are encoded by `_encoded_span`).
-    """
-    for name in ("input", "metadata"):
-        if fields.get(name) is not None:
-            check_finite(fields[name], prefix + name)
-    if "last_heartbeat_time" in fields:
-        check_finite_number(fields["last_heartbeat_time"], "last_heartbeat_time")
-    if fields.get("heartbeat_stats") is not None:
-        fields["heartbeat_stats"] = coerce_stats(fields["heartbeat_stats"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,9 +421,9 @@ class LightningStoreClient(ForwardingLightningStore):
         if endpoint is None:  # a batch call without its own route: the contract's default, over the routes above
             return await getattr(LightningStore, method)(self, **arguments)
         fields = {name: value for name, value in arguments.items() if not is_unset(value)}
-        _check_documents(fields)
+        check_documents(fields)
         if "config" in fields:
-            fields["config"] = _checked_config(fields["config"])
+            fields["config"] = checked_config(fields["config"])
         path = endpoint.path
         for name in endpoint.path_names():
             segment = _seg(fields.pop(name), name)
@@ -473,7 +436,7 @@ class LightningStoreClient(ForwardingLightningStore):
         raw_body: Optional[bytes] = None
         params: Optional[dict[str, str]] = None
         if endpoint.body_from == "span":
-            raw_body = self._encoded_span(fields["span"])
+            raw_body = encoded_span(fields["span"], self.max_body_size)
         elif endpoint.body_from is not None:
             payload = fields[endpoint.body_from]
         elif endpoint.query:
@@ -514,16 +477,16 @@ class LightningStoreClient(ForwardingLightningStore):
         config: Optional[RolloutConfig] = None,
         metadata: Optional[dict[str, Any]] = None,
     ) -> Rollout:
-        config_ = _checked_config(config)
+        config_ = checked_config(config)
         request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config_, "metadata": metadata}
-        _check_documents(request)
+        check_documents(request)
         rollouts = await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": [request]})
         return rollouts[0]
 
     async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         for i, request in enumerate(rollouts):
             fields = request if isinstance(request, dict) else {"input": request.input, "metadata": request.metadata}
-            _check_documents(dict(fields), f"rollouts[{i}].")  # type: ignore[arg-type]
+            check_documents(dict(fields), f"rollouts[{i}].")  # type: ignore[arg-type]
         return await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": list(rollouts)})
 
     async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
@@ -686,19 +649,13 @@ class LightningStoreClient(ForwardingLightningStore):
             finished.spans[:0] = stored
         return finished
 
-    def _encoded_span(self, span: Span) -> bytes:
-        """The span as JSON for a request, cut to fit one (never dropped: see `_span_fit`)."""
-        # Room for the brackets and the `finish_attempt` wrapper around the last batch.
-        limit = self.max_body_size - _REQUEST_ENVELOPE_BYTES
-        return fit_span(coerce_span(span), limit, _encode_span)[1]
-
     def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
         """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
         batches: list[bytes] = []
         current: list[bytes] = []
         size = 2  # the brackets
         for span in spans:
-            encoded = self._encoded_span(span)
+            encoded = encoded_span(span, self.max_body_size)
             if current and size + len(encoded) + 1 > self.max_body_size:
                 batches.append(b"[" + b",".join(current) + b"]")
                 current, size = [], 2
