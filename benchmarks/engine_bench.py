@@ -151,9 +151,14 @@ def _summarise(system: str, concurrency: int, results: List[Tuple[int, float, fl
 
 async def ours_closed(engine: Any, prompts: List[List[int]], params: Any, concurrency: int) -> Row:
     await asyncio.gather(*[_one(engine, p, params) for p in prompts[:concurrency]])  # warm-up (graph capture)
+    steps = getattr(engine, "steps_run", None)
     started = time.perf_counter()
     results = await asyncio.gather(*[_one(engine, p, params) for p in prompts[:concurrency]])
-    return _summarise("ours", concurrency, results, time.perf_counter() - started)
+    row = _summarise("ours", concurrency, results, time.perf_counter() - started)
+    if steps is not None and engine.steps_run > steps:
+        row.extra["ms_per_decode_step"] = (time.perf_counter() - started) * 1000 / (engine.steps_run - steps)
+        row.note = f"{row.extra['ms_per_decode_step']:.2f} ms/step"
+    return row
 
 
 async def ours_poisson(engine: Any, prompts: List[List[int]], params: Any, rate: float, seed: int = 0) -> Row:
@@ -299,11 +304,13 @@ def main() -> None:
         print(f"  weight sync (update_weights from a second copy): {sync:.1f} ms")
     finally:
         engine.close()
-    for c in concurrency if args.hf == "eager" else []:
-        rows.append(hf_generate(model, prompts[:c], new_tokens, static=False))
-        print_table(rows[-1:], "")
-    for c in hf_static:
-        rows.append(hf_generate(model, prompts[:c], new_tokens, static=True))
+    runs = [(c, False) for c in (concurrency if args.hf == "eager" else [])] + [(c, True) for c in hf_static]
+    for c, static in runs:
+        try:
+            rows.append(hf_generate(model, prompts[:c], new_tokens, static=static))
+        except Exception as exc:  # a baseline that cannot run here (e.g. compile) must not lose the others
+            print(f"  HF generate (static={static}) at batch {c} failed: {type(exc).__name__}: {exc}")
+            continue
         print_table(rows[-1:], "")
     print_table(rows, f"{args.model} on {card}, {dtype}")
     if args.json:
