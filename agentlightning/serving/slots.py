@@ -176,6 +176,7 @@ class SlotModel:
         bucketed: Optional[bool] = None,
         initial_capacity: int = 256,
         max_graph_prefill_tokens: int = 4096,
+        compile: bool = False,
     ) -> None:
         import torch
 
@@ -210,6 +211,9 @@ class SlotModel:
         self._pool: Any = None
         self._weights_fingerprint = self._fingerprint()
         self.graphs_captured = 0
+        self._compiled: Optional[Callable[..., torch.Tensor]] = None
+        if compile:
+            self._compiled = torch.compile(self._call_model, dynamic=True)
 
     # Shapes -------------------------------------------------------------------------------------------
 
@@ -239,7 +243,12 @@ class SlotModel:
     # Forward passes -----------------------------------------------------------------------------------
 
     def _forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_len: int, slots: Optional[torch.Tensor] = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_len: int,
+        slots: Optional[torch.Tensor] = None,
+        compiled: bool = False,
     ) -> torch.Tensor:
         import torch
 
@@ -247,6 +256,15 @@ class SlotModel:
         visible = keys <= positions.unsqueeze(1).unsqueeze(-1)
         mask = torch.where(visible, 0.0, torch.finfo(self.dtype).min).to(self.dtype)
         self.cache.bind(positions, kv_len, slots)
+        if compiled and self._compiled is not None:
+            try:
+                return self._compiled(input_ids, positions, mask)
+            except Exception:  # a model torch.compile cannot handle still serves, eagerly
+                logger.warning("torch.compile failed for the decode step; decoding without it", exc_info=True)
+                self._compiled = None
+        return self._call_model(input_ids, positions, mask)
+
+    def _call_model(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         out = self.model(
             input_ids=input_ids,
             position_ids=positions,
@@ -297,7 +315,7 @@ class SlotModel:
         the `active` rows to their token (the others keep theirs). `key` names the LoRA adapter."""
 
         def step() -> DeviceTokens:
-            logits = self._forward(self.input_ids[:batch], self.positions[:batch], kv_len)
+            logits = self._forward(self.input_ids[:batch], self.positions[:batch], kv_len, compiled=True)
             counters = self.positions[:batch, 0] - self.prompt_lengths[:batch] + 1
             active = self.active[:batch]
             out = sample_device(logits, sampling, slice(0, batch), counters, active, mode)
