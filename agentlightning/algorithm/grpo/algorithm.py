@@ -180,7 +180,9 @@ class GRPO(Algorithm):
         cfg = self.config
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
+        tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
         try:
+            self.start_tracking(cfg.tracking or None, config=cfg.to_dict(), run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
@@ -198,6 +200,7 @@ class GRPO(Algorithm):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
                 logger.info("GRPO %s", format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
+            self.finish_tracking()
             await server.astop()
             if writer is not None and writer.path.exists():
                 plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
@@ -216,6 +219,7 @@ class GRPO(Algorithm):
     def _record(self, step: int, metrics: Dict[str, Any], writer: Optional[MetricsWriter]) -> None:
         record = writer.write(step, metrics) if writer is not None else {"step": step, **metrics}
         self.history.append(record)
+        self.get_tracker().log_metrics(metrics, step)
 
     async def _publish_resources(self) -> None:
         assert self.server is not None
