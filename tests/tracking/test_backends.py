@@ -29,7 +29,10 @@ def test_wandb_offline_run_holds_config_steps_and_reward_curve(tmp_path: Path, m
     _log_curve(make_tracker(["wandb"], config=CONFIG, run_name="grpo-test", dir=str(tmp_path)))
     run = wandb_run(tmp_path)
     assert (run["name"], run["project"]) == ("grpo-test", "agentlightning")
-    assert run["config"]["learning_rate"] == 1e-5 and run["config"]["lora"] == {"rank": 8, "targets": ["q_proj", "v_proj"]}
+    assert run["config"]["learning_rate"] == 1e-5 and run["config"]["lora"] == {
+        "rank": 8,
+        "targets": ["q_proj", "v_proj"],
+    }
     assert set(run["history"]) == {"reward_mean", "loss"}
     assert run["history"]["reward_mean"] == CURVE
 
