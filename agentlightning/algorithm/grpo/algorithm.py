@@ -597,10 +597,13 @@ class GRPO(Algorithm):
 
     async def _triplets(self, rollout_id: str) -> Tuple[List[Any], Optional[float]]:
         from ...adapter import TracerTraceToTriplet
+        from ...adapter.retokenize import retokenize_triplets
 
         spans = await self._spans(rollout_id)
         adapter: Any = self.get_adapter() if self.has_adapter() else TracerTraceToTriplet()
         triplets = list(adapter.adapt(spans))
+        if self.learner is not None:  # calls recorded without token ids (e.g. OTel GenAI instrumentations)
+            triplets, _ = retokenize_triplets(triplets, self.learner.tokenizer)
         final_reward = None
         if all(t.reward is None for t in triplets):
             final_reward = find_final_reward(spans)
@@ -627,6 +630,7 @@ def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int
         "rows_dropped_prompt_too_long": float(counters.get("rows_dropped_prompt_too_long", 0)),
         "rows_truncated": float(counters.get("rows_truncated", 0)),
         "triplets_without_role": float(counters.get("triplets_without_role", 0)),
+        "triplets_retokenized": float(counters.get("triplets_retokenized", 0)),
         "trained_tokens_per_rollout": sum(s.trained_tokens for s in samples) / per_rollout,
         "row_tokens_per_rollout": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples) / per_rollout,
     }
