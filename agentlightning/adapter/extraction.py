@@ -23,6 +23,7 @@ from agentlightning.semconv import (
 from agentlightning.types import Span
 from agentlightning.utils.genai import (
     AGL_LOGPROBS,
+    AGL_LOSS_MASK,
     AGL_PROMPT_TOKEN_IDS,
     AGL_RESPONSE_TOKEN_IDS,
     event_messages,
@@ -308,6 +309,9 @@ def build_triplet_fields(members: Sequence[Span]) -> tuple[dict[str, Any], dict[
     logprobs = _first(ordered, logprobs_of)
     if logprobs is not None:
         response["logprobs"] = logprobs
+    loss_mask = _first(ordered, lambda span: _as_token_ids(span.attributes.get(AGL_LOSS_MASK)))
+    if loss_mask is not None:
+        response["loss_mask"] = loss_mask
     metadata: dict[str, Any] = {}
     for field, reader in (("request", request_metadata_of), ("response", response_metadata_of), ("usage", usage_of)):
         value = _first(ordered, reader)

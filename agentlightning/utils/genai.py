@@ -26,6 +26,7 @@ __all__ = [
     "AGL_RESPONSE_TOKEN_IDS",
     "AGL_LOGPROBS",
     "AGL_TOKEN_IDS_SOURCE",
+    "AGL_LOSS_MASK",
     "AGL_LOG_EVENT",
     "AGL_LOG_EVENT_BODY",
     "latest_genai_enabled",
@@ -47,6 +48,9 @@ AGL_LOGPROBS = "agentlightning.gen_ai.logprobs"
 """Extension: the first choice's `logprobs.content` as JSON (v0.3 name: `logprobs.content`)."""
 AGL_TOKEN_IDS_SOURCE = "agentlightning.gen_ai.token_ids_source"
 """Extension: "recorded" (from the model server) when token ids are present."""
+AGL_LOSS_MASK = "agentlightning.gen_ai.loss_mask"
+"""Extension: per-token loss mask of `response_token_ids` (1 = generated and trained, 0 = context), written by
+`agentlightning.export.import_rows` for rows that merged several turns."""
 AGL_LOG_EVENT = "agentlightning.log_event"
 """Marks a stored record that arrived as an OTLP log event (e.g. `gen_ai.user.message`) of its parent span."""
 AGL_LOG_EVENT_BODY = "agentlightning.log_event.body"
