@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable
 
 from .base import Tracker, TrackingConfig, flatten_config, safe_name, scalar_metrics
 
@@ -149,7 +149,11 @@ class TensorBoardTracker(Tracker):
     def _write(self, summary: Any, step: int) -> None:
         from tensorboard.compat.proto import event_pb2
 
-        self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+        self._writer.add_event(
+            event_pb2.Event(  # pyright: ignore[reportAttributeAccessIssue]
+                wall_time=time.time(), step=step, summary=summary
+            )
+        )
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         from tensorboard.plugins.text.summary_v2 import text_pb
@@ -160,9 +164,14 @@ class TensorBoardTracker(Tracker):
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         from tensorboard.compat.proto import summary_pb2
 
-        values = [summary_pb2.Summary.Value(tag=k, simple_value=v) for k, v in scalar_metrics(metrics).items()]
+        values = [
+            summary_pb2.Summary.Value(  # pyright: ignore[reportAttributeAccessIssue]
+                tag=k, simple_value=v
+            )
+            for k, v in scalar_metrics(metrics).items()
+        ]
         if values:
-            self._write(summary_pb2.Summary(value=values), step)
+            self._write(summary_pb2.Summary(value=values), step)  # pyright: ignore[reportAttributeAccessIssue]
             self._writer.flush()
 
     def finish(self) -> None:
@@ -171,12 +180,8 @@ class TensorBoardTracker(Tracker):
             self._writer.close()
 
 
-BACKENDS: dict[str, type[Tracker]] = {
+BACKENDS: dict[str, Callable[[TrackingConfig], Tracker]] = {
     "wandb": WandbTracker,
     "mlflow": MlflowTracker,
     "tensorboard": TensorBoardTracker,
 }
-
-
-def backend_class(name: str) -> Optional[type[Tracker]]:
-    return BACKENDS.get(name)
