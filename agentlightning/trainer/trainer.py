@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
 from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
@@ -86,6 +88,8 @@ class Trainer(TrainerLegacy):
         daemon: passed to the default AgentOps tracer.
         summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, mean reward per
             mode, where the store is); it is also kept on `last_summary`.
+        tracking: experiment tracking backends the algorithm logs to (`["wandb", "mlflow", "tensorboard"]`,
+            a `TrackingConfig` or a `Tracker`); None: `AGL_TRACKING`, else the algorithm's own setting.
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class Trainer(TrainerLegacy):
         triplet_exporter: ComponentSpec = None,
         hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
         summary: bool = True,
+        tracking: TrackingSpec = None,
     ) -> None:
         if dev:
             _deprecated("dev", "trainer.dev(agent, ...)")
@@ -139,6 +144,7 @@ class Trainer(TrainerLegacy):
         self.daemon = daemon
         self.port = port
         self.summary = summary
+        self.tracking = tracking
         self.last_summary: Optional[FitSummary] = None
         """What the last `fit`/`dev` did (None until one ends, and in a runner-only process)."""
 
@@ -378,6 +384,24 @@ class Trainer(TrainerLegacy):
             while not event.is_set():
                 await asyncio.sleep(_STOP_POLL_SECONDS)
             return
+        tracker = None
+        if self.tracking is not None or os.environ.get(TRACKING_ENV_VAR):
+            tracker = make_tracker(self.tracking, run_name=type(algorithm).__name__)
+            algorithm.set_tracker(tracker)
+        try:
+            await self._run_with(algorithm, store, train_dataset, val_dataset)
+        finally:
+            if tracker is not None:
+                algorithm.set_tracker(None)
+                tracker.finish()
+
+    async def _run_with(
+        self,
+        algorithm: Algorithm,
+        store: LightningStore,
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> None:
         algorithm.set_trainer(self)
         algorithm.set_store(store)
         algorithm.set_adapter(self.adapter)

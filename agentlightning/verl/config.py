@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_CONFIG_PATH", "load_default_config", "merge_config", "validate_config"]
+from agentlightning.tracking import Tracker, make_tracker, parse_backends
+
+__all__ = ["DEFAULT_CONFIG_PATH", "load_default_config", "merge_config", "validate_config", "make_verl_tracker"]
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("config.yaml")
 
@@ -95,6 +97,22 @@ def validate_config(config: Any) -> None:
         value = _get(config, key)
         if not is_valid(value):
             raise ValueError(f"VERL config {key}={value!r} is invalid: {expected}")
+    try:
+        parse_backends(list(_get(config, "agentlightning.tracking") or []))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"VERL config agentlightning.tracking is invalid: {exc}") from None
+
+
+def make_verl_tracker(config: Any) -> Tracker:
+    """The `agentlightning.tracking` backends of a VERL config, started with the whole config logged."""
+    container = _omegaconf().to_container(config, resolve=True)
+    return make_tracker(
+        list(_get(config, "agentlightning.tracking") or []) or None,
+        config=container,  # type: ignore[arg-type]
+        project=_get(config, "trainer.project_name") or None,
+        run_name=_get(config, "trainer.experiment_name") or None,
+        dir=_get(config, "agentlightning.tracking_dir") or None,
+    )
 
 
 def _int(value: Any) -> int:

@@ -28,7 +28,9 @@ from verl.utils.metric import reduce_metrics
 
 from agentlightning.adapter.base import TraceAdapter
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import Tracker
 
+from .config import make_verl_tracker
 from .daemon import AgentModeDaemon
 
 __all__ = ["AgentLightningTrainer"]
@@ -222,6 +224,13 @@ class AgentLightningTrainer(RayPPOTrainer):
             default_backend=self.config.trainer.logger,
             config=OmegaConf.to_container(self.config, resolve=True),
         )
+        tracker = make_verl_tracker(self.config)
+        try:
+            self._fit(logger, tracker)
+        finally:
+            tracker.finish()
+
+    def _fit(self, logger: Any, tracker: Tracker) -> None:
         self.global_steps = 0
         self._load_checkpoint()
         checkpoint_manager: Any = self.checkpoint_manager
@@ -233,6 +242,7 @@ class AgentLightningTrainer(RayPPOTrainer):
                 val_metrics = self._validate()
                 pprint(f"Initial validation metrics: {val_metrics}")
                 logger.log(data=val_metrics, step=self.global_steps)
+                tracker.log_metrics(val_metrics, self.global_steps)
                 if self.config.trainer.get("val_only", False):
                     return
             progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training")
@@ -252,7 +262,9 @@ class AgentLightningTrainer(RayPPOTrainer):
                     if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0):
                         self._save_checkpoint()
                     metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                    logger.log(data={k: _scalar(v) for k, v in metrics.items()}, step=self.global_steps)
+                    logged = {k: _scalar(v) for k, v in metrics.items()}
+                    logger.log(data=logged, step=self.global_steps)
+                    tracker.log_metrics(logged, self.global_steps)
                     progress.update(1)
                     if is_last_step:
                         progress.close()
