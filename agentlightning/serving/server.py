@@ -18,12 +18,11 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import math
-import threading
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..types.resources import LLM
+from ..utils.pause import PauseGate
 from .adapters import UnknownAdapterError, adapter_model_name, resolve_adapter
 from .chat import TOOL_CALL_OPEN, parse_tool_calls, render_chat_prompt
 from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
@@ -88,12 +87,8 @@ class PolicyServer:
         self._requested_port = port or None
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
-        self.retry_after_s = retry_after_s
-        self._paused = False
-        self._in_flight = 0
-        self._idle = threading.Condition()
-        self.rejected_while_paused = 0
-        """Chat requests answered 429 because the server was paused."""
+        self.gate = PauseGate(retry_after_s)
+        """Pause flag and in-flight count of model requests (link a gateway's gate to hold its calls too)."""
         self.drain_times_s: List[float] = []
         """How long each `swap_weights` waited for running requests to finish."""
         self._launcher: Optional[PythonServerLauncher] = None
@@ -180,38 +175,37 @@ class PolicyServer:
         return self.engine.weights_version
 
     @property
+    def retry_after_s(self) -> float:
+        return self.gate.retry_after_seconds
+
+    @property
     def paused(self) -> bool:
-        return self._paused
+        return self.gate.paused
 
     @property
     def in_flight(self) -> int:
-        """Chat requests being answered right now."""
-        return self._in_flight
+        """Model requests being answered right now."""
+        return self.gate.inflight
+
+    @property
+    def rejected_while_paused(self) -> int:
+        """Model requests answered 429 because the server was paused."""
+        return self.gate.rejected
 
     def pause(self) -> None:
-        """Answer new chat requests with 429 + `Retry-After` until `resume()`; running ones continue."""
-        with self._idle:
-            self._paused = True
+        """Answer new model requests with 429 + `Retry-After` until `resume()`; running ones continue."""
+        self.gate.pause("swapping weights")
 
     def resume(self) -> None:
-        with self._idle:
-            self._paused = False
+        self.gate.resume()
 
     def drain(self, timeout: Optional[float] = None) -> float:
-        """Wait until no chat request is running; returns the seconds waited.
+        """Wait until no model request is running; returns the seconds waited.
 
         Raises:
             TimeoutError: requests were still running after `timeout` seconds.
         """
-        started = time.perf_counter()
-        deadline = math.inf if timeout is None else started + timeout
-        with self._idle:
-            while self._in_flight > 0:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    raise TimeoutError(f"{self._in_flight} request(s) still running after {timeout} s")
-                self._idle.wait(min(remaining, 1.0))
-        return time.perf_counter() - started
+        return self.gate.drain(timeout)
 
     def swap_weights(
         self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]], *, drain_timeout: Optional[float] = None
@@ -225,19 +219,11 @@ class PolicyServer:
             self.resume()
 
     def _enter(self) -> bool:
-        """Count a new chat request in, unless paused (then the caller answers 429)."""
-        with self._idle:
-            if self._paused:
-                self.rejected_while_paused += 1
-                return False
-            self._in_flight += 1
-            return True
+        """Count a new model request in, unless paused (then the caller answers 429)."""
+        return self.gate.enter()
 
     def _exit(self) -> None:
-        with self._idle:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.notify_all()
+        self.gate.exit()
 
     @property
     def adapters(self) -> List[str]:
