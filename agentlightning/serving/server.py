@@ -23,9 +23,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optio
 
 from ..types.resources import LLM
 from ..utils.pause import PauseGate
-from .adapters import UnknownAdapterError, adapter_model_name, resolve_adapter
-from .chat import TOOL_CALL_OPEN, parse_tool_calls, render_chat_prompt
-from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
+from .adapters import UnknownAdapterError, adapter_model_name
+from .apis import add_api_routes
+from .chat import TOOL_CALL_OPEN, parse_tool_calls
+from .completions import complete_chat as _complete
+from .completions import submit_chat
+from .completions import usage as _usage
+from .completions import wants_token_ids as _wants_token_ids
+from .engine import CompletionStream, PolicyEngine, SequenceDelta
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
 
 if TYPE_CHECKING:
@@ -301,16 +306,10 @@ def _build_app(server: PolicyServer) -> FastAPI:
                 server._exit()  # type: ignore[reportPrivateUsage]
 
     async def _answer(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:
-        engine = server.engine
         try:
-            adapter = resolve_adapter(body.model, server.model_name, engine.adapters)
+            stream = submit_chat(server, body)
         except UnknownAdapterError as exc:
             return JSONResponse(status_code=404, content=openai_error(str(exc), param="model"))
-        try:
-            prompt_ids = render_chat_prompt(
-                engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {})
-            )
-            stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
         except ValueError as exc:
             return JSONResponse(status_code=400, content=openai_error(str(exc)))
         except Exception as exc:  # template errors and the like must not kill the server
@@ -325,6 +324,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
             return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
         return JSONResponse(content=content)
 
+    add_api_routes(app, server)
     return app
 
 
@@ -335,59 +335,6 @@ async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIte
             yield chunk
     finally:
         server._exit()  # type: ignore[reportPrivateUsage]
-
-
-def _wants_token_ids(body: ChatCompletionRequest) -> bool:
-    return body.return_token_ids is not False
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-async def _complete(server: PolicyServer, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:
-    tokenizer = server.engine.tokenizer
-    tops: Dict[int, List[List[tuple[int, float]]]] = {i: [] for i in range(stream.n)}
-    ends: List[SequenceEnd] = []
-    async for event in stream:
-        if isinstance(event, SequenceDelta):
-            tops[event.index].append(event.top_logprobs)
-        else:
-            ends.append(event)
-    choices: List[Dict[str, Any]] = []
-    for end in sorted(ends, key=lambda e: e.index):
-        content, tool_calls = parse_tool_calls(end.text) if body.prompt_tools() else (end.text, [])
-        message: Dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-        choice: Dict[str, Any] = {
-            "index": end.index,
-            "message": message,
-            "finish_reason": "tool_calls" if tool_calls else end.finish_reason,
-            "logprobs": None,
-        }
-        if body.logprobs or server.always_logprobs:
-            entries = logprobs_content(tokenizer, end.token_ids, end.logprobs, tops[end.index])
-            choice["logprobs"] = {"content": entries, "refusal": None}
-        if _wants_token_ids(body):
-            choice["token_ids"] = end.token_ids
-        choices.append(choice)
-    response: Dict[str, Any] = {
-        "id": new_completion_id(),
-        "object": "chat.completion",
-        "created": now(),
-        "model": adapter_model_name(server.model_name, stream.adapter),
-        "system_fingerprint": f"weights-v{ends[0].weights_version}" if ends else None,
-        "choices": choices,
-        "usage": _usage(len(stream.prompt_ids), sum(len(e.token_ids) for e in ends)),
-    }
-    if _wants_token_ids(body):
-        response["prompt_token_ids"] = stream.prompt_ids
-    return response
 
 
 class _ToolTextGate:
