@@ -27,11 +27,9 @@ from typing import Any, Optional
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from agentlightning.llm_proxy.call import CallKind, ProxyCall
-from agentlightning.llm_proxy.forward import error_response, forward_call
-from agentlightning.utils.pause import PauseGate
+from agentlightning.llm_proxy.forward import ReleaseAtEnd, error_response, forward_call
 
 from .admin import add_admin_routes
 from .attempts import GatewayError, Upstream
@@ -49,22 +47,6 @@ PROXY_PREFIX = "/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{mode}/ope
 EVENTS_PATH = "/rollouts/{rollout_id}/attempt/{attempt_id}/events"
 V1_EVENTS_PATH = "/api" + EVENTS_PATH
 HEALTH_PATH = "/health"
-
-
-class _ReleaseAtEnd(Response):
-    """Wraps a response (streamed ones included) so the pause gate counts the call until its last byte."""
-
-    def __init__(self, inner: Response, gate: PauseGate) -> None:
-        self.inner = inner
-        self.gate = gate
-        self.status_code = inner.status_code
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self.inner(scope, receive, send)
-        finally:
-            self.gate.exit()
 
 
 def _problem(status_code: int, message: str) -> JSONResponse:
@@ -204,7 +186,7 @@ async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
     except BaseException:
         state.gate.exit()
         raise
-    return _ReleaseAtEnd(response, state.gate)
+    return ReleaseAtEnd(response, state.gate)
 
 
 async def _models(state: GatewayState, request: Request) -> Response:

@@ -10,6 +10,7 @@ their own threads.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -86,6 +87,22 @@ class PauseGate:
                 return False
             self._inflight += 1
             return True
+
+    async def enter_when_open(self, timeout: float) -> bool:
+        """Admit a call, holding it (without blocking the event loop) while paused, at most `timeout` seconds.
+
+        False (counted in `rejected`) when the gate stayed paused that long.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._condition:
+                if not self._paused:
+                    self._inflight += 1
+                    return True
+                if time.monotonic() >= deadline:
+                    self.rejected += 1
+                    return False
+            await asyncio.sleep(0.05)
 
     def exit(self) -> None:
         """An admitted call has finished."""

@@ -3,7 +3,7 @@ straight against the policy server (`agl serve`'s server), with no proxy in betw
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
 from typing import Any
 
 import anthropic
@@ -20,14 +20,11 @@ agents = pytest.importorskip("agents", reason="needs the openai-agents package (
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
-TASKS = [{"question": f"question {i}"} for i in range(2)]
-
 
 def vowel_fraction(text: str) -> float:
     return sum(c in "aeiou" for c in text) / max(1, len(text))
 
 
-@agl.rollout
 async def agents_sdk_agent(task: dict[str, Any], llm: LLM) -> float:
     """An Agents SDK agent on the SDK's default model class (OpenAIResponsesModel: the Responses API)."""
     client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
@@ -40,7 +37,6 @@ async def agents_sdk_agent(task: dict[str, Any], llm: LLM) -> float:
     return vowel_fraction(str(result.final_output))
 
 
-@agl.rollout
 async def anthropic_agent(task: dict[str, Any], llm: LLM) -> float:
     client = anthropic.AsyncAnthropic(base_url=llm.endpoint.removesuffix("/v1"), api_key="unused", max_retries=0)
     message = await client.messages.create(
@@ -53,21 +49,37 @@ async def anthropic_agent(task: dict[str, Any], llm: LLM) -> float:
     return vowel_fraction("".join(block.text for block in message.content if block.type == "text"))
 
 
-@pytest.mark.parametrize("agent", [agents_sdk_agent, anthropic_agent], ids=["responses", "messages"])
-def test_one_grpo_step_on_the_sampled_tokens_and_logprobs(agent: Any, tmp_path: Path) -> None:
+@agl.rollout
+async def two_api_agent(task: dict[str, Any], llm: LLM) -> float:
+    """Half the tasks through the Agents SDK (Responses API), half through an Anthropic client (Messages API)."""
+    agent = agents_sdk_agent if task["api"] == "responses" else anthropic_agent
+    return await agent(task, llm)
+
+
+def test_one_grpo_step_on_the_sampled_tokens_and_logprobs_of_both_apis() -> None:
     agents.set_tracing_disabled(True)  # the SDK's own trace export would call api.openai.com
     model, tokenizer = tiny_model(eos_bias=8.0)  # answers end on their own: the SDK fails a length-cut one
     config = GRPOConfig(group_size=2, batch_size=2, total_steps=1, max_new_tokens=6, learning_rate=3e-2, device="cpu")
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    store = InMemoryLightningStore()
     trainer = agl.Trainer(
         algorithm=algorithm,
-        store=InMemoryLightningStore(),
+        store=store,
         runner={"poll_interval": 0.05},
         strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
     )
-    trainer.fit(agent, train_dataset=TASKS)
+    trainer.fit(
+        two_api_agent,
+        train_dataset=[{"question": "question 0", "api": "responses"}, {"question": "question 1", "api": "messages"}],
+    )
     record = algorithm.history[-1]
     assert record["step"] == 1 and record["rollouts"] == 4 and record["rollouts_failed"] == 0
     # Every call reached the learner with the server's token ids and sampling-time logprobs.
     assert record["triplets_skipped"] == 0 and record["old_logprobs_recomputed"] == 0
     assert record["weights_version"] == 1
+    spans = [
+        span
+        for rollout in asyncio.run(store.query_rollouts()).items
+        for span in asyncio.run(store.query_spans(rollout.rollout_id))
+    ]
+    assert {"openai.responses", "anthropic.messages"} <= {span.name for span in spans}
