@@ -1,6 +1,7 @@
 """`PolicyServer`: an OpenAI-compatible chat-completions server over a `PolicyEngine`.
 
-Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `GET /v1/models`, `GET /health`
+Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `POST /v1/responses` and
+`POST /v1/messages` (`apis.py`), `GET /v1/models`, `GET /health`
 (also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
 
