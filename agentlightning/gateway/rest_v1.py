@@ -164,43 +164,46 @@ def _dedupe_by_prompt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for i, e in enumerate(events) if e["event_type"] != "model_request" or i in keep]
 
 
-def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any], Any]) -> None:
-    """Register `/api/rollouts...` (each handler behind the admin key via `guarded`)."""
-    store = state.directory.store
-    aliases: dict[str, str] = {}
+class _RolloutRoutes:
+    """The handlers, over the gateway's store; client-chosen ids are aliases of store ids (kept in memory)."""
 
-    async def find(rollout_id: str) -> Optional[Rollout]:
-        rollout = await store.get_rollout_by_id(aliases.get(rollout_id, rollout_id))
+    def __init__(self, state: GatewayState) -> None:
+        self.store = state.directory.store
+        self.aliases: dict[str, str] = {}
+
+    async def find(self, rollout_id: str) -> Optional[Rollout]:
+        rollout = await self.store.get_rollout_by_id(self.aliases.get(rollout_id, rollout_id))
         if rollout is None or _v1_meta(rollout).get("deleted"):
             return None
         return rollout
 
+    @staticmethod
     def not_found(rollout_id: str) -> JSONResponse:
         return JSONResponse({"detail": f"Rollout not found: {rollout_id}"}, status_code=404)
 
-    async def create(request: Request) -> Response:
+    async def create(self, request: Request) -> Response:
         body = await request.json()
         if not isinstance(body, list):
             return JSONResponse({"detail": "the body must be a JSON array of rollouts"}, status_code=422)
         created: list[dict[str, Any]] = []
         for raw in body:  # type: ignore[reportUnknownVariableType]
             item = RolloutCreate.model_validate(raw)
-            existing = await find(item.rollout_id) if item.rollout_id else None
+            existing = await self.find(item.rollout_id) if item.rollout_id else None
             if existing is None:
                 config = {"timeout_seconds": _DEFAULT_TIMEOUT, "local": None, "k8s": None, **(item.config or {})}
                 meta = {"rollout_id": item.rollout_id, "config": config, "metadata": item.metadata or {}, "version": 1}
-                existing = await store.enqueue_rollout(
+                existing = await self.store.enqueue_rollout(
                     input=item.input,
                     mode="train" if item.is_train else "val",
                     config=RolloutConfig(timeout_seconds=float(config["timeout_seconds"])),
                     metadata={"v1": meta},
                 )
                 if item.rollout_id:
-                    aliases[item.rollout_id] = existing.rollout_id
+                    self.aliases[item.rollout_id] = existing.rollout_id
             created.append(_as_v1(existing))
         return JSONResponse(created, status_code=201)
 
-    async def list_rollouts(request: Request) -> Response:
+    async def list(self, request: Request) -> Response:
         states = request.query_params.getlist("state_in")
         bad = [s for s in states if s not in _OURS]
         if not states or bad:
@@ -208,15 +211,15 @@ def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any
             return JSONResponse({"detail": detail}, status_code=422)
         limit = int(request.query_params.get("limit", 500))
         ours = [status for s in states for status in _OURS[s]]
-        page = await store.query_rollouts(status_in=ours, sort_by="start_time", sort_order="asc")  # type: ignore[arg-type]
+        page = await self.store.query_rollouts(status_in=ours, sort_by="start_time", sort_order="asc")  # type: ignore[arg-type]
         found = [_as_v1(r) for r in page.items if not _v1_meta(r).get("deleted")]
         return JSONResponse(found[: max(limit, 0)])
 
-    async def terminal(request: Request) -> Response:
+    async def terminal(self, request: Request) -> Response:
         after = max(0, int(request.query_params.get("after", 0)))
         limit = max(1, int(request.query_params.get("limit", 1000)))
         statuses = ["succeeded", "failed", "cancelled"]
-        page = await store.query_rollouts(status_in=statuses, sort_by="end_time", sort_order="asc")  # type: ignore[arg-type]
+        page = await self.store.query_rollouts(status_in=statuses, sort_by="end_time", sort_order="asc")  # type: ignore[arg-type]
         log = list(page.items)
         consumed = log[after : after + limit]
         items = [
@@ -231,19 +234,19 @@ def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any
         ]
         return JSONResponse({"items": items, "next_after": after + len(consumed), "total_terminal": len(log)})
 
-    async def get_one(request: Request) -> Response:
+    async def get(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
-        rollout = await find(rollout_id)
+        rollout = await self.find(rollout_id)
         if rollout is None:
-            return not_found(rollout_id)
-        attempts = await store.query_attempts(rollout.rollout_id)
+            return self.not_found(rollout_id)
+        attempts = await self.store.query_attempts(rollout.rollout_id)
         return JSONResponse({"rollout": _as_v1(rollout), "attempts": [a.attempt_id for a in attempts]})
 
-    async def patch(request: Request) -> Response:
+    async def patch(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
-        rollout = await find(rollout_id)
+        rollout = await self.find(rollout_id)
         if rollout is None:
-            return not_found(rollout_id)
+            return self.not_found(rollout_id)
         changes = RolloutPatch.model_validate(await request.json()).status
         sent = changes.model_dump(exclude_unset=True) if changes is not None else {}
         if not sent:
@@ -256,47 +259,49 @@ def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any
             return JSONResponse({"detail": detail}, status_code=409)
         meta.update(sent, version=int(meta.get("version") or 1) + 1, updated_at=time.time())
         metadata = {**(rollout.metadata or {}), "v1": meta}
-        if new_state is not None:
-            # The store's rollouts start running through `preparing` (claimed, no span yet): v1.0's `running`.
-            ours = "preparing" if new_state == "running" else new_state
-            try:
-                rollout = await store.update_rollout(rollout.rollout_id, status=ours, metadata=metadata)
-            except ForbiddenTransitionError as exc:
-                return JSONResponse({"detail": f"Rollout {rollout_id}: {exc}"}, status_code=409)
-        else:
-            rollout = await store.update_rollout(rollout.rollout_id, metadata=metadata)
+        if new_state is None:
+            return JSONResponse(_as_v1(await self.store.update_rollout(rollout.rollout_id, metadata=metadata)))
+        # The store's rollouts start running through `preparing` (claimed, no span yet): v1.0's `running`.
+        ours = "preparing" if new_state == "running" else new_state
+        try:
+            rollout = await self.store.update_rollout(rollout.rollout_id, status=ours, metadata=metadata)
+        except ForbiddenTransitionError as exc:
+            return JSONResponse({"detail": f"Rollout {rollout_id}: {exc}"}, status_code=409)
         return JSONResponse(_as_v1(rollout))
 
-    async def delete(request: Request) -> Response:
+    async def delete(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
-        rollout = await find(rollout_id)
+        rollout = await self.find(rollout_id)
         if rollout is not None:
-            meta = {**_v1_meta(rollout), "deleted": True}
-            metadata = {**(rollout.metadata or {}), "v1": meta}
+            metadata = {**(rollout.metadata or {}), "v1": {**_v1_meta(rollout), "deleted": True}}
             if v1_state(rollout.status) in ("queuing", "running"):
-                await store.update_rollout(rollout.rollout_id, status="cancelled", metadata=metadata)
+                await self.store.update_rollout(rollout.rollout_id, status="cancelled", metadata=metadata)
             else:
-                await store.update_rollout(rollout.rollout_id, metadata=metadata)
-            aliases.pop(rollout_id, None)
+                await self.store.update_rollout(rollout.rollout_id, metadata=metadata)
+            self.aliases.pop(rollout_id, None)
         return Response(status_code=204)
 
-    async def events(request: Request) -> Response:
+    async def events(self, request: Request) -> Response:
         rollout_id = request.path_params["rollout_id"]
-        rollout = await find(rollout_id)
+        rollout = await self.find(rollout_id)
         if rollout is None:
-            return not_found(rollout_id)
+            return self.not_found(rollout_id)
         triplet = request.query_params.get("format") == "triplet"
         wanted = request.query_params.get("event_type")
-        spans = await store.query_spans(rollout.rollout_id, "latest")
+        spans = await self.store.query_spans(rollout.rollout_id, "latest")
         found = [event for span in spans if (event := _span_event(span, triplet)) is not None]
         if wanted is not None:
             found = [event for event in found if event["event_type"] == wanted]
         return JSONResponse(_dedupe_by_prompt(found) if triplet else found)
 
-    app.add_route("/api/rollouts", guarded(create), methods=["POST"])
-    app.add_route("/api/rollouts", guarded(list_rollouts), methods=["GET"])
-    app.add_route("/api/rollouts/terminal", guarded(terminal), methods=["GET"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(get_one), methods=["GET"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(patch), methods=["PATCH"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(delete), methods=["DELETE"])
-    app.add_route("/api/rollouts/{rollout_id}/events", guarded(events), methods=["GET"])
+
+def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any], Any]) -> None:
+    """Register `/api/rollouts...` (each handler behind the admin key via `guarded`)."""
+    routes = _RolloutRoutes(state)
+    app.add_route("/api/rollouts", guarded(routes.create), methods=["POST"])
+    app.add_route("/api/rollouts", guarded(routes.list), methods=["GET"])
+    app.add_route("/api/rollouts/terminal", guarded(routes.terminal), methods=["GET"])
+    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.get), methods=["GET"])
+    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.patch), methods=["PATCH"])
+    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.delete), methods=["DELETE"])
+    app.add_route("/api/rollouts/{rollout_id}/events", guarded(routes.events), methods=["GET"])

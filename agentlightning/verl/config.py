@@ -76,7 +76,7 @@ def load_default_config() -> Any:
     return copy.deepcopy(_default_config())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dict_fields(target: str) -> frozenset[str]:
     """Fields of the verl config dataclass `target` that hold free-form dicts (empty if it cannot be imported)."""
     module, _, name = target.rpartition(".")

@@ -121,6 +121,66 @@ class AgentLightningTrainer(RayPPOTrainer):
         daemon.clear_data_and_server()
         return metrics
 
+    def _advantages(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """Rewards (with the KL penalty when configured), then advantages: per rollout, or verl's per sample."""
+        if self.config.algorithm.use_kl_in_reward:
+            kl_ctrl: Any = self.kl_ctrl_in_reward
+            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        algorithm = self.config.algorithm
+        if self.config.agentlightning.advantage_level == "rollout":
+            advantages, returns = rollout_level_advantages(
+                batch.batch["token_level_rewards"],
+                batch.batch["response_mask"],
+                batch.non_tensor_batch["rollout_id_list"],
+                batch.non_tensor_batch["uid"],
+                estimator=str(algorithm.adv_estimator),
+                norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+                config=algorithm,
+            )
+            batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+            return batch
+        return compute_advantage(
+            batch,
+            adv_estimator=algorithm.adv_estimator,
+            gamma=algorithm.gamma,
+            lam=algorithm.lam,
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+            config=algorithm,
+        )
+
+    def _trim_for_update(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """Only now (advantages saw every sample) drop over-long prompts, keep whole PPO mini-batches within
+        the update cap, and weigh each rollout the same in the loss."""
+        agl_config = self.config.agentlightning
+        actor_config = self.config.actor_rollout_ref.actor
+        keep = (~batch.batch["is_drop_mask"]).nonzero(as_tuple=True)[0]
+        metrics["training/n_triplets_prompt_too_long"] = int(batch.batch["is_drop_mask"].shape[0] - keep.shape[0])
+        batch = batch[keep]
+        mini_batch_size = actor_config.ppo_mini_batch_size
+        order = list(range(len(batch)))
+        random.shuffle(order)
+        batch.reorder(torch.tensor(order, dtype=torch.int32))
+        whole = len(batch) // mini_batch_size * mini_batch_size
+        kept = samples_within_update_cap(
+            len(batch), mini_batch_size, int(actor_config.ppo_epochs), agl_config.get("max_ppo_update_times")
+        )
+        metrics["training/n_triplets_dropped_remainder"] = len(batch) - whole
+        metrics["training/n_samples_dropped_update_cap"] = whole - kept
+        if kept == 0:
+            raise RuntimeError(
+                f"only {len(batch)} samples left, fewer than ppo_mini_batch_size={mini_batch_size}; "
+                "raise data.train_batch_size or rollout.n, or lower ppo_mini_batch_size"
+            )
+        batch = batch[list(range(kept))]
+        if agl_config.loss_aggregation == PER_ROLLOUT_MEAN:
+            weights = per_rollout_loss_weights(batch.batch["response_mask"], batch.non_tensor_batch["rollout_id_list"])
+            batch.batch["advantages"] = batch.batch["advantages"] * weights
+        return batch
+
     # ---- one training step ----
 
     def _train_step(self, batch_dict: dict[str, Any]) -> dict[str, Any]:
@@ -171,62 +231,8 @@ class AgentLightningTrainer(RayPPOTrainer):
             batch = unpad_dataproto(batch, pad_size=pad_size)
 
             with marked_timer("adv", timing_raw):
-                if self.config.algorithm.use_kl_in_reward:
-                    kl_ctrl: Any = self.kl_ctrl_in_reward
-                    batch, kl_metrics = apply_kl_penalty(
-                        batch, kl_ctrl=kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty
-                    )
-                    metrics.update(kl_metrics)
-                else:
-                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                agl_config = self.config.agentlightning
-                if agl_config.advantage_level == "rollout":
-                    advantages, returns = rollout_level_advantages(
-                        batch.batch["token_level_rewards"],
-                        batch.batch["response_mask"],
-                        batch.non_tensor_batch["rollout_id_list"],
-                        batch.non_tensor_batch["uid"],
-                        estimator=str(self.config.algorithm.adv_estimator),
-                        norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-                        config=self.config.algorithm,
-                    )
-                    batch.batch["advantages"], batch.batch["returns"] = advantages, returns
-                else:
-                    batch = compute_advantage(
-                        batch,
-                        adv_estimator=self.config.algorithm.adv_estimator,
-                        gamma=self.config.algorithm.gamma,
-                        lam=self.config.algorithm.lam,
-                        num_repeat=self.config.actor_rollout_ref.rollout.n,
-                        norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-                        config=self.config.algorithm,
-                    )
-
-            # Only now drop over-long prompts, round down to whole PPO mini-batches within the update cap.
-            keep = (~batch.batch["is_drop_mask"]).nonzero(as_tuple=True)[0]
-            metrics["training/n_triplets_prompt_too_long"] = int(batch.batch["is_drop_mask"].shape[0] - keep.shape[0])
-            batch = batch[keep]
-            mini_batch_size = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
-            order = list(range(len(batch)))
-            random.shuffle(order)
-            batch.reorder(torch.tensor(order, dtype=torch.int32))
-            whole = len(batch) // mini_batch_size * mini_batch_size
-            kept = samples_within_update_cap(
-                len(batch), mini_batch_size, int(actor_config.ppo_epochs), agl_config.get("max_ppo_update_times")
-            )
-            metrics["training/n_triplets_dropped_remainder"] = len(batch) - whole
-            metrics["training/n_samples_dropped_update_cap"] = whole - kept
-            if kept == 0:
-                raise RuntimeError(
-                    f"only {len(batch)} samples left, fewer than ppo_mini_batch_size={mini_batch_size}; "
-                    "raise data.train_batch_size or rollout.n, or lower ppo_mini_batch_size"
-                )
-            batch = batch[list(range(kept))]
-            if agl_config.loss_aggregation == PER_ROLLOUT_MEAN:
-                weights = per_rollout_loss_weights(
-                    batch.batch["response_mask"], batch.non_tensor_batch["rollout_id_list"]
-                )
-                batch.batch["advantages"] = batch.batch["advantages"] * weights
+                batch = self._advantages(batch, metrics)
+            batch = self._trim_for_update(batch, metrics)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics=metrics)
 
