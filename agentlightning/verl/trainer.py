@@ -12,6 +12,7 @@ verl 0.9.1; see `agentlightning.verl.versions`); the RL choices live in `objecti
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from pprint import pprint
@@ -73,6 +74,11 @@ class AgentLightningTrainer(RayPPOTrainer):
     def _hold_rollouts(self, daemon: AgentModeDaemon) -> None:
         """Async: hold the calls of carried-over rollouts at the proxy while the replicas sleep."""
         gate = getattr(daemon.llm_proxy, "gate", None)
+        if daemon.async_rollout and getattr(daemon.llm_proxy, "launch_mode", None) == "mp":
+            logging.getLogger(__name__).warning(
+                "async_rollout: the LLM proxy serves from another process (launch_mode='mp') and cannot hold calls "
+                "while the replicas sleep; calls made then fail. Give VERL no llm_proxy, or one with launch_mode='thread'"
+            )
         if daemon.async_rollout and gate is not None:
             gate.pause("training step")
             gate.drain(timeout=float(self.config.agentlightning.get("llm_timeout_seconds", 1200.0)))

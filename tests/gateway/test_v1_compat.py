@@ -113,6 +113,13 @@ async def test_registered_endpoints_route_calls_and_record_their_version(
     assert span.attributes["agentlightning.gateway.model_version"] == 3
 
     await gateway.start()
+    # v1.0's event reading: the call as a `model_request` event, trimmed to token ids with format=triplet.
+    events_url = f"{gateway.endpoint}/api/rollouts/{attempt.rollout_id}/events"
+    (event,) = httpx.get(events_url, params={"format": "triplet"}, headers=admin(gateway)).json()
+    assert event["event_type"] == "model_request" and event["data"]["status"] == "ok"
+    assert event["data"]["prompt_token_ids"] == strict.responses[0]["prompt_token_ids"]
+    assert event["data"]["response_token_ids"] == strict.responses[0]["choices"][0]["token_ids"]
+    assert event["data"]["server"] == {"model": SERVED, "version": 3}
     assert httpx.delete(models_url, headers=admin(gateway)).json() == {"status": "ok"}
     other = await make_gateway()
     other.register_models([])
