@@ -101,7 +101,8 @@ class ProcessAgent(LitAgent[Any]):
 
     Args:
         command: the program, as a string (split like a shell would) or an argument list, e.g.
-            `["node", "agent.mjs"]`. Exactly one of `command` / `agent_class`.
+            `["node", "agent.mjs"]`. Exactly one of `command` / `agent_class`. A lone `file.py:Class` or
+            `pkg.mod:Class` is refused here (it names a class: pass it as `agent_class`).
         agent_class: `"package.module:Class"` or `"path/to/file.py:Class"`; a fresh Python (`python`)
             instantiates it and awaits its `run()` (a returned number is posted as the reward).
         env_map: `{ENV_NAME: task_field}`; the task must then be a mapping holding those fields. Strings
