@@ -180,7 +180,9 @@ def fit_harnessed_agent(
         raise ValueError("VERL needs tasks: set data.train_files (parquet) or pass train_dataset")
     merged = merge_config(config)
     agent = _agent(merged)
-    trainer = agl.Trainer(algorithm=agl.VERL(merged), n_runners=int(merged.agentlightning.n_runners))
+    # Runner threads are enough: each rollout's agent runs in its own process anyway (ProcessAgent).
+    strategy = {"type": "shm", "n_runners": int(merged.agentlightning.n_runners), "main_thread": "algorithm"}
+    trainer = agl.Trainer(algorithm=agl.VERL(merged), strategy=strategy)
     trainer.fit(agent, train_dataset=list(train_dataset), val_dataset=list(val_dataset) if val_dataset else None)
 
 
