@@ -133,14 +133,6 @@ def test_a_step_without_signal_skips_the_update_but_counts_and_checkpoints(tmp_p
     assert algorithm.learner is not None and algorithm.learner.global_step == 2
     assert all(torch.equal(b, p) for b, p in zip(before, algorithm.learner.policy.parameters(), strict=True))
     assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
-    # The same metrics reached the tracking backends (under <checkpoint_dir>/tracking), read back by their libraries.
-    curve = {r["step"]: r["reward_mean"] for r in algorithm.history if "reward_mean" in r}
-    wandb = wandb_run(tmp_path / "ckpt" / "tracking")
-    assert wandb["config"]["group_size"] == 4 and wandb["config"]["tracking"] == ["wandb", "tensorboard"]
-    assert wandb["history"]["reward_mean"] == pytest.approx(curve)
-    assert set(wandb["history"]["val_reward_mean"]) == {0, 2}
-    board = tensorboard_run(tmp_path / "ckpt" / "tracking" / "tensorboard" / "grpo")
-    assert board["history"]["reward_mean"] == pytest.approx(curve) and '"batch_size": 2' in board["config"]
 
 
 def test_a_step_with_signal_updates_when_skipping_is_on(tmp_path: Path) -> None:
