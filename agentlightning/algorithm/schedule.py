@@ -148,7 +148,9 @@ def _trains_weights(stage: Algorithm) -> bool:
     return type(stage).continue_from is not Algorithm.continue_from
 
 
-async def _run_stage(stage: Algorithm, train_dataset: Optional[Dataset[Any]], val_dataset: Optional[Dataset[Any]]) -> None:
+async def _run_stage(
+    stage: Algorithm, train_dataset: Optional[Dataset[Any]], val_dataset: Optional[Dataset[Any]]
+) -> None:
     if stage.is_async():
         result = stage.run(train_dataset=train_dataset, val_dataset=val_dataset)
     else:  # a blocking algorithm must not stall the loop the runners and the store server share
