@@ -154,7 +154,12 @@ def test_apo_then_grpo_trains_the_policy_with_the_prompt_apo_found() -> None:
     llm = published.resources["llm"]
     assert isinstance(llm, LLM) and llm.model == "grpo-policy"  # ... on the policy it trains
     record = grpo.history[-1]
-    assert record["step"] == 1 and record["rollouts"] == 4 and record["rollouts_failed"] == 0 and record["triplets_skipped"] == 0
+    assert (
+        record["step"] == 1
+        and record["rollouts"] == 4
+        and record["rollouts_failed"] == 0
+        and record["triplets_skipped"] == 0
+    )
     assert record["transitions"] == 4  # the agent's calls became triplets with token ids
 
 
@@ -207,5 +212,8 @@ def test_rft_then_grpo_continues_from_the_weights_rft_trained() -> None:
     assert rft.final_weights.keys() == grpo.start_weights.keys()
     assert all(torch.equal(rft.final_weights[n], grpo.start_weights[n]) for n in grpo.start_weights)
     assert [r.passed_weights for r in trainer.algorithm.records] == [True, True]  # type: ignore[union-attr]
-    tags = [sorted(k for k in (r.metadata or {}) if k.endswith(("_round", "_step"))) for r in asyncio.run(store.query_rollouts())]
+    tags = [
+        sorted(k for k in (r.metadata or {}) if k.endswith(("_round", "_step")))
+        for r in asyncio.run(store.query_rollouts())
+    ]
     assert tags.count(["rft_round"]) == 6 and tags.count(["grpo_step"]) == 4  # one store, each stage tags its own

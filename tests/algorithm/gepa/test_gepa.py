@@ -26,7 +26,15 @@ from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import AlgorithmState, PromptTemplate
 from tests.support.openai_server import OpenAITestServer
 
-from .scripted import KEYWORDS, REFLECTION_MODEL, SEED_TEMPLATE, ScriptedReflection, initial_resources, keyword_agent, tasks
+from .scripted import (
+    KEYWORDS,
+    REFLECTION_MODEL,
+    SEED_TEMPLATE,
+    ScriptedReflection,
+    initial_resources,
+    keyword_agent,
+    tasks,
+)
 
 TRAIN = tasks(KEYWORDS * 2, "t")
 VAL = tasks(KEYWORDS, "v")

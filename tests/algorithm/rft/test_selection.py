@@ -9,7 +9,9 @@ from agentlightning.algorithm.rft import RFTConfig, ScoredRollout, select_rollou
 
 def _rollouts(*groups: list[float]) -> list[ScoredRollout]:
     return [
-        ScoredRollout(f"ro-{g}-{i}", f"task-{g}", reward) for g, rewards in enumerate(groups) for i, reward in enumerate(rewards)
+        ScoredRollout(f"ro-{g}-{i}", f"task-{g}", reward)
+        for g, rewards in enumerate(groups)
+        for i, reward in enumerate(rewards)
     ]
 
 
