@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from agentlightning.store.base import LightningStore
 from agentlightning.types import NamedResources, PromptTemplate
@@ -97,6 +97,7 @@ class SearchRecorder:
         """The random generator and sampler state (set by GEPA once it built them)."""
         self.checkpoints = 0
         self._published_seed = False
+        self._skipped: Optional[str] = None
 
     # gepa's LoggerProtocol
     def log(self, message: str) -> None:
@@ -108,12 +109,22 @@ class SearchRecorder:
             self._published_seed = True
             self._wait(self._publish(event["state"]))
 
+    def on_evaluation_skipped(self, event: Any) -> None:
+        self._skipped = str(event.get("reason", "skipped")).replace("_", " ")
+
     def on_iteration_end(self, event: Any) -> None:
         state: GEPAState = event["state"]
+        if event["proposal_accepted"]:
+            outcome = "proposal accepted"
+        elif self._skipped is not None:  # e.g. the parent already scored perfectly on the minibatch
+            outcome = f"no proposal ({self._skipped})"
+        else:
+            outcome = "proposal rejected"
+        self._skipped = None
         logger.info(
-            "GEPA iteration %d: proposal %s; %d candidates, %d rollouts, %d reflection tokens",
+            "GEPA iteration %d: %s; %d candidates, %d rollouts, %d reflection tokens",
             event["iteration"],
-            "accepted" if event["proposal_accepted"] else "rejected",
+            outcome,
             len(state.program_candidates),
             state.total_num_evals,
             self.reflection.usage.tokens,
