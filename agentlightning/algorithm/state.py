@@ -14,9 +14,16 @@ from typing import Any, Optional
 from agentlightning.store.base import LightningStore
 from agentlightning.types import AlgorithmState, NamedResources
 
-__all__ = ["state_resources_id", "load_algorithm_state", "save_algorithm_state"]
+__all__ = ["check_run_name", "state_resources_id", "load_algorithm_state", "save_algorithm_state"]
 
 _STATE_NAME = "state"
+
+
+def check_run_name(run: Any) -> str:
+    """The run name, or ValueError: it prefixes resources ids, so it must be a non-empty string."""
+    if not isinstance(run, str) or not run.strip():
+        raise ValueError(f"run_name must be a non-empty string, got {run!r}")
+    return run
 
 
 def state_resources_id(run: str) -> str:

@@ -27,17 +27,13 @@ reflection calls. See docs/hosted-prompt-optimization.md for prices and budgets.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 from typing import Any, Optional
 
-from openai import AsyncOpenAI
-from room_selector import SEED_PROMPT, load_room_tasks, room_selector
+from room_selector import SEED_PROMPT, room_selector
+from room_selector_apo import prepare, strategy_spec
 
 import agentlightning as agl
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -62,19 +58,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> Any:
     args = parse_args(argv)
-    if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
-        sys.exit("Set OPENAI_API_KEY (and OPENAI_BASE_URL for a server other than api.openai.com) first.")
-    agl.setup_logging("INFO")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-    base_url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    tasks = load_room_tasks()
-    if args.max_tasks is not None:
-        tasks = tasks[: args.max_tasks]
-    half = len(tasks) // 2
-    train_tasks, val_tasks = tasks[:half], tasks[half:]
-
-    client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY")
+    base_url, train_tasks, val_tasks, client = prepare(args)
     algorithm = agl.GEPA(
         client,
         reflection_model=args.reflection_model,
@@ -85,14 +69,11 @@ def main(argv: Optional[list[str]] = None) -> Any:
         minibatch_size=args.minibatch_size,
         seed=args.seed,
     )
-    strategy: dict[str, Any] = {"type": args.strategy, "n_runners": args.n_runners}
-    if args.strategy == "shm":
-        strategy["main_thread"] = "algorithm"
     store = agl.SqliteLightningStore(args.store) if args.store else None
     trainer = agl.Trainer(
         algorithm=algorithm,
         n_runners=args.n_runners,
-        strategy=strategy,
+        strategy=strategy_spec(args),
         port=args.port,
         store=store,
         runner={"poll_interval": args.poll_interval},

@@ -27,6 +27,7 @@ from tests.algorithm.apo.scripted import (
     keyword_agent,
     questions,
 )
+from tests.algorithm.rft.agents import vowel_agent
 from tests.support.openai_server import OpenAITestServer
 from tests.support.tiny_model import tiny_model
 
@@ -177,16 +178,6 @@ class SnapshotGRPO(GRPO):
         assert self.learner is not None
         self.start_weights = {n: p.detach().clone() for n, p in self.learner.policy.named_parameters()}
         return built
-
-
-@agl.rollout
-async def vowel_agent(task: dict[str, Any], llm: LLM) -> float:
-    client = AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
-    response = await client.chat.completions.create(
-        model=llm.model, messages=[{"role": "user", "content": task["question"]}], **llm.sampling_parameters
-    )
-    text = response.choices[0].message.content or ""
-    return sum(c in "aeiou" for c in text) / max(1, len(text))
 
 
 @pytest.mark.train

@@ -22,7 +22,7 @@ from agentlightning.adapter.messages import TraceToMessages
 from agentlightning.types import Dataset, NamedResources, PromptTemplate, RolloutMode
 
 from ..base import Algorithm
-from ..state import load_algorithm_state, save_algorithm_state
+from ..state import check_run_name, load_algorithm_state, save_algorithm_state
 from ..utils import batch_iter_over_dataset
 from .display import APODisplay, RoundProgress
 from .evaluation import BatchEvaluation, evaluate_prompt_on_batch
@@ -149,9 +149,7 @@ class APO(Algorithm):
         self.llm_retry = llm_retry or RetryPolicy()
         self.display = APODisplay(console, enabled=show_progress)
         self._poml_trace = _poml_trace
-        if not isinstance(run_name, str) or not run_name.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"run_name must be a non-empty string, got {run_name!r}")
-        self.run_name = run_name
+        self.run_name = check_run_name(run_name)
         self.resume = resume
         self._best: Optional[Candidate] = None
         self._best_score: Optional[float] = None

@@ -24,7 +24,7 @@ from agentlightning.types import Dataset, NamedResources, PromptTemplate
 
 from ..apo.llm import RetryPolicy
 from ..base import Algorithm
-from ..state import load_algorithm_state
+from ..state import check_run_name, load_algorithm_state
 from .adapter import Example, StoreAdapter, find_reusable_rollouts
 from .persistence import search_rng_from_json, search_rng_to_json, state_from_json
 from .reflection import Budget, ReflectionModel, ReflectionUsage
@@ -130,8 +130,6 @@ class GEPA(Algorithm):
             raise ValueError(f"module_selector must be 'round_robin' or 'all', got {module_selector!r}")
         if rollout_batch_timeout <= 0:
             raise ValueError(f"rollout_batch_timeout must be > 0 seconds, got {rollout_batch_timeout}")
-        if not isinstance(run_name, str) or not run_name.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"run_name must be a non-empty string, got {run_name!r}")
         self.async_openai_client = async_openai_client
         self.reflection_model = reflection_model
         self.components = list(components) if components is not None else None
@@ -150,7 +148,7 @@ class GEPA(Algorithm):
         self.reflection_prompt_template = reflection_prompt_template
         self.rollout_batch_timeout = rollout_batch_timeout
         self.seed = seed
-        self.run_name = run_name
+        self.run_name = check_run_name(run_name)
         self.resume = resume
         self.llm_retry = llm_retry or RetryPolicy()
         self.result: Optional[GEPAResult[Any, Any]] = None

@@ -13,10 +13,16 @@ from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import PromptTemplate
 from tests.support.openai_server import ErrorReply, OpenAITestServer, ReplyLike
 
-from .conftest import initial_resources, make_apo, make_trainer
+from .conftest import initial_resources, make_apo
+from .conftest import make_trainer as make_apo_trainer
 from .scripted import GRADIENT_MODEL, ScriptedLLM, keyword_agent, questions
 
 TRAIN, VAL = questions(4), questions(3, "v")
+
+
+def make_trainer(apo: Any, server: OpenAITestServer, **overrides: Any) -> Any:
+    strategy = {"type": "shm", "main_thread": "algorithm", "n_runners": 2, "graceful_delay": 0.2}
+    return make_apo_trainer(apo, server, **{"strategy": strategy, **overrides})
 
 
 class CrashingCritic(ScriptedLLM):

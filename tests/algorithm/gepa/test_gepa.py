@@ -66,7 +66,7 @@ def fit(gepa: GEPA, server: OpenAITestServer, store: InMemoryLightningStore) -> 
     trainer = agl.Trainer(
         algorithm=gepa,
         store=store,
-        strategy={"type": "shm", "main_thread": "algorithm", "n_runners": 2, "graceful_delay": 0.5},
+        strategy={"type": "shm", "main_thread": "algorithm", "n_runners": 2, "graceful_delay": 0.2},
         tracer=OtelTracer(),
         runner={"poll_interval": 0.05, "heartbeat_interval": 60.0},
         adapter=agl.TraceToMessages(),
@@ -245,7 +245,7 @@ def test_the_search_state_lives_in_its_own_bundle_and_a_wrong_setup_is_refused(s
     with pytest.raises(ValueError, match="found none"):
         trainer = agl.Trainer(
             algorithm=make_gepa(server, max_iterations=1),
-            strategy={"type": "shm", "main_thread": "algorithm", "graceful_delay": 0.5},
+            strategy={"type": "shm", "main_thread": "algorithm", "graceful_delay": 0.2},
             tracer=OtelTracer(),
             initial_resources={"llm": initial_resources(server.base_url)["llm"]},
         )
