@@ -6,8 +6,9 @@ RFT trained. What passes from one stage to the next:
 
 - resources: a stage's `get_result_resources()` (APO's and GEPA's best prompt next to the other
   resources) become the next stage's initial resources; a stage that changes none passes on its own;
-- weights: the latest `get_trained_policy()` (RFT, GRPO) goes to the next stage that trains weights
-  (`continue_from`), skipping the stages in between (a prompt optimizer between RFT and GRPO).
+- weights: the last stage that trained weights (RFT, GRPO) hands them (`get_trained_policy()`, asked for
+  only then) to the next stage that trains weights (`continue_from`), skipping the stages in between (a
+  prompt optimizer between RFT and GRPO).
 
 All stages share the trainer's store, runners, LLM proxy and datasets. Each gets the trainer's adapter
 when it reads what that adapter produces (`accepts_adapter`), else its own default: messages for the
@@ -46,7 +47,7 @@ class StageRecord:
     resources_passed_on: list[str]
     """Names of the resources the next stage started from (after this stage)."""
     passed_weights: bool
-    """Whether the stage left trained weights for a later stage."""
+    """Whether a later stage continued from the weights this one trained."""
 
 
 class Schedule(Algorithm):
@@ -72,7 +73,7 @@ class Schedule(Algorithm):
         self.records: list[StageRecord] = []
         self._adapters: list[TraceAdapter[Any]] = []  # stages hold adapters weakly; keep defaults alive
         self._resources: Optional[NamedResources] = None
-        self._policy: Optional[TrainedPolicy] = None
+        self._trainers: list[Algorithm] = []
 
     def __repr__(self) -> str:
         return f"Schedule([{', '.join(type(stage).__name__ for stage in self.stages)}])"
@@ -81,7 +82,9 @@ class Schedule(Algorithm):
         return self._resources
 
     def get_trained_policy(self) -> Optional[TrainedPolicy]:
-        return self._policy
+        """The weights of the last stage that trained some (asked for only when this is called)."""
+        handed = _latest_policy(list(enumerate(self._trainers)))
+        return handed[1] if handed is not None else None
 
     def accepts_adapter(self, adapter: TraceAdapter[Any]) -> bool:
         return True
@@ -92,35 +95,37 @@ class Schedule(Algorithm):
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:
         resources = self.get_initial_resources()
-        policy: Optional[TrainedPolicy] = None
+        trainers: list[tuple[int, Algorithm]] = []  # stages that may have trained weights since the last hand-over
         self.records = []
         for index, stage in enumerate(self.stages):
             name = type(stage).__name__
             logger.info("Schedule stage %d/%d: %s", index + 1, len(self.stages), name)
             self._wire(stage, resources)
-            if policy is not None and _trains_weights(stage):
-                stage.continue_from(policy)
-                logger.info("%s continues from the weights %s trained", name, policy.trained_by)
-                policy = None
+            if trainers and _overrides(stage, "continue_from"):
+                handed = _latest_policy(trainers)
+                if handed is not None:
+                    stage.continue_from(handed[1])
+                    self.records[handed[0]].passed_weights = True
+                    logger.info("%s continues from the weights %s trained", name, handed[1].trained_by)
+                trainers = []
             started = time.monotonic()
             await _run_stage(stage, train_dataset, val_dataset)
             result = stage.get_result_resources()
             if result is not None:
                 resources = dict(result)
-            trained = stage.get_trained_policy()
-            if trained is not None:
-                policy = trained
+            if _overrides(stage, "get_trained_policy"):
+                trainers.append((index, stage))
             self.records.append(
                 StageRecord(
                     index=index,
                     algorithm=name,
                     seconds=round(time.monotonic() - started, 3),
                     resources_passed_on=sorted(resources or {}),
-                    passed_weights=trained is not None,
+                    passed_weights=False,
                 )
             )
         self._resources = resources
-        self._policy = policy
+        self._trainers = [stage for _index, stage in trainers]
 
     def _wire(self, stage: Algorithm, resources: Optional[NamedResources]) -> None:
         """Give a stage what the trainer gave the schedule, and the resources the previous stage left."""
@@ -143,9 +148,20 @@ class Schedule(Algorithm):
             stage.set_initial_resources(dict(resources))
 
 
-def _trains_weights(stage: Algorithm) -> bool:
-    """Whether the stage overrides `continue_from` (takes weights from an earlier stage)."""
-    return type(stage).continue_from is not Algorithm.continue_from
+def _latest_policy(trainers: list[tuple[int, Algorithm]]) -> Optional[tuple[int, TrainedPolicy]]:
+    """The weights of the latest stage that has some, asked for only now: handing weights over may change
+    the stage's model (LoRA merged in)."""
+    for index, stage in reversed(trainers):
+        policy = stage.get_trained_policy()
+        if policy is not None:
+            return index, policy
+    return None
+
+
+def _overrides(stage: Algorithm, method: str) -> bool:
+    """Whether the stage's class overrides an `Algorithm` method: `continue_from` (it takes weights from an
+    earlier stage), `get_trained_policy` (it leaves weights for a later one)."""
+    return getattr(type(stage), method) is not getattr(Algorithm, method)
 
 
 async def _run_stage(
