@@ -96,6 +96,8 @@ class PolicyServer:
         """Chat requests answered 429 because the server was paused."""
         self.drain_times_s: List[float] = []
         """How long each `swap_weights` waited for running requests to finish."""
+        self.weight_sync_ms: List[float] = []
+        """How long each `update_weights` took (ms), the copy into a served copy included."""
         self._launcher: Optional[PythonServerLauncher] = None
         self._app: Optional[FastAPI] = None
 
@@ -172,8 +174,19 @@ class PolicyServer:
     # Training-facing API -----------------------------------------------------------------------------
 
     def update_weights(self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]]) -> int:
-        """Serve new weights (state dict, module, or the shared module after an in-place update)."""
-        return self.engine.update_weights(source)
+        """Serve new weights (state dict, module, or the shared module after an in-place update).
+
+        How long each took (the copy into the served model, ms) is kept in `weight_sync_ms`.
+        """
+        import torch
+
+        started = time.perf_counter()
+        version = self.engine.update_weights(source)
+        device = next(self.engine.model.parameters()).device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.weight_sync_ms.append((time.perf_counter() - started) * 1000)
+        return version
 
     @property
     def weights_version(self) -> int:

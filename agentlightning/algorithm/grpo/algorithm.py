@@ -141,18 +141,22 @@ class GRPO(PolicyHandoff, Algorithm):
 
     def build(self) -> Tuple[GRPOLearner, PolicyServer]:
         """Load the model, build the learner and start the policy server that shares its weights."""
+        from ...serving.models import resolve_device, resolve_dtype
         from ...serving.server import PolicyServer
         from .learner import GRPOLearner
 
         model, tokenizer = self._load_model()
+        device = resolve_device(self.config.device)
+        dtype = next(model.parameters()).dtype
+        if self.config.serve_dtype != "auto" or device.type == "cuda":
+            dtype = resolve_dtype(self.config.serve_dtype, device)
         served: Optional[torch.nn.Module] = None
-        if self.config.async_rollouts:  # generation goes on during updates: serve a copy, swapped after each
-            from ...serving.models import resolve_device
-
-            served = copy.deepcopy(model).to(resolve_device(self.config.device)).eval()
+        # Serve a copy when generation goes on during updates (async) or runs in another dtype (bf16 on CUDA).
+        if self.config.async_rollouts or dtype != next(model.parameters()).dtype:
+            served = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
         self.learner = GRPOLearner(model, tokenizer, self.config)
         if served is not None and self.config.roles:  # the served copy needs the adapters, not a merged model
-            served = copy.deepcopy(self.learner.policy).eval()
+            served = copy.deepcopy(self.learner.policy).to(dtype=dtype).eval()
         self.server = PolicyServer(
             served if served is not None else self.learner.policy,
             tokenizer,
@@ -495,6 +499,7 @@ class GRPO(PolicyHandoff, Algorithm):
         metrics = self.learner.step(samples, off_policy=True)
         self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
+        metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         return metrics
 
     def _role_of(self, triplet: Any) -> Optional[str]:
@@ -509,6 +514,7 @@ class GRPO(PolicyHandoff, Algorithm):
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples)
         self.server.update_weights(self.learner.policy)
+        metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         return metrics
 
     async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:

@@ -134,7 +134,11 @@ class GRPOConfig:
     metrics_path: Optional[str] = None
     """JSONL metrics file; defaults to `<checkpoint_dir>/metrics.jsonl` when a checkpoint dir is set."""
     device: Optional[str] = None
-    """"cpu", "cuda", ...; None picks CUDA when available."""
+    """"cpu", "cuda", ...; None or "auto" picks CUDA when available."""
+    serve_dtype: str = "auto"
+    """Weights dtype of the policy server: "auto" serves bfloat16 on CUDA and the learner's dtype (float32)
+    on CPU; "float32", "bfloat16", "float16". A dtype other than the learner's serves a copy, updated after
+    each step (`weight_sync_ms` in the metrics)."""
 
     def __post_init__(self) -> None:
         checks = {

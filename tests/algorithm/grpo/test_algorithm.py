@@ -84,6 +84,20 @@ def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Pat
     assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
 
 
+def test_a_policy_served_in_another_dtype_is_a_copy_synced_after_each_update(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, total_steps=2, serve_dtype="bfloat16", checkpoint_dir=None)
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    _fit(algorithm, InMemoryLightningStore())
+    assert algorithm.learner is not None and algorithm.server is not None
+    served, policy = algorithm.server.engine.model, algorithm.learner.policy
+    assert served is not policy and next(served.parameters()).dtype == torch.bfloat16
+    for record in algorithm.history:
+        assert record["rollouts_failed"] == 0 and record["weight_sync_ms"] > 0
+    for trained, copy in zip(policy.parameters(), served.parameters(), strict=True):
+        assert torch.equal(trained.detach().to(torch.bfloat16), copy)
+
+
 @agl.rollout
 async def indifferent_agent(task: dict[str, Any], llm: LLM) -> float:
     """Calls the policy and rewards every answer the same: no rollout is better than its group."""
