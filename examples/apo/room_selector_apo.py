@@ -79,11 +79,25 @@ def prepare(args: argparse.Namespace) -> tuple[str, list[Any], list[Any], AsyncO
     return base_url, tasks[:half], tasks[half:], client
 
 
-def strategy_spec(args: argparse.Namespace) -> dict[str, Any]:
+def room_trainer(args: argparse.Namespace, algorithm: Any, base_url: str, store: Any = None) -> agl.Trainer:
+    """A trainer for a prompt optimizer of the room selector: the seed prompt and the agent model as resources."""
     strategy: dict[str, Any] = {"type": args.strategy, "n_runners": args.n_runners}
     if args.strategy == "shm":
         strategy["main_thread"] = "algorithm"
-    return strategy
+    return agl.Trainer(
+        algorithm=algorithm,
+        n_runners=args.n_runners,
+        strategy=strategy,
+        port=args.port,
+        store=store,
+        runner={"poll_interval": args.poll_interval},
+        adapter=agl.TraceToMessages(),
+        initial_resources={
+            "prompt": SEED_PROMPT,
+            # The API key stays out of the store; the agent reads OPENAI_API_KEY itself.
+            "llm": agl.LLM(endpoint=base_url, model=args.agent_model),
+        },
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> APO:
@@ -101,19 +115,7 @@ def main(argv: Optional[list[str]] = None) -> APO:
         seed=args.seed,
         report_path=args.report,
     )
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        n_runners=args.n_runners,
-        strategy=strategy_spec(args),
-        port=args.port,
-        runner={"poll_interval": args.poll_interval},
-        adapter=agl.TraceToMessages(),
-        initial_resources={
-            "prompt": SEED_PROMPT,
-            # The API key stays out of the store; the agent reads OPENAI_API_KEY itself.
-            "llm": agl.LLM(endpoint=base_url, model=args.agent_model),
-        },
-    )
+    trainer = room_trainer(args, algorithm, base_url)
     trainer.fit(room_selector, train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
     print(f"Report written to {args.report}")
     return algorithm

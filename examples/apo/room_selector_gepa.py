@@ -30,8 +30,8 @@ import argparse
 import os
 from typing import Any, Optional
 
-from room_selector import SEED_PROMPT, room_selector
-from room_selector_apo import prepare, strategy_spec
+from room_selector import room_selector
+from room_selector_apo import prepare, room_trainer
 
 import agentlightning as agl
 
@@ -70,20 +70,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
         seed=args.seed,
     )
     store = agl.SqliteLightningStore(args.store) if args.store else None
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        n_runners=args.n_runners,
-        strategy=strategy_spec(args),
-        port=args.port,
-        store=store,
-        runner={"poll_interval": args.poll_interval},
-        adapter=agl.TraceToMessages(),
-        initial_resources={
-            "prompt": SEED_PROMPT,
-            # The API key stays out of the store; the agent reads OPENAI_API_KEY itself.
-            "llm": agl.LLM(endpoint=base_url, model=args.agent_model),
-        },
-    )
+    trainer = room_trainer(args, algorithm, base_url, store=store)
     trainer.fit(room_selector, train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
     result = algorithm.result
     usage = algorithm.reflection_usage

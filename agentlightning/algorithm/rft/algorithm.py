@@ -131,4 +131,5 @@ class RFT(GRPO):
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples, objective="nll")
         self.server.update_weights(self.learner.policy)
+        metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         return metrics

@@ -74,6 +74,8 @@ class RFTConfig:
     metrics_path: Optional[str] = None
     device: Optional[str] = None
     """"cpu", "cuda", ...; None picks CUDA when available."""
+    serve_dtype: str = "auto"
+    """Weights dtype of the policy server (as in GRPO): "auto" serves bfloat16 on CUDA, float32 on CPU."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -123,6 +125,7 @@ class RFTConfig:
             keep_checkpoints=self.keep_checkpoints,
             metrics_path=self.metrics_path,
             device=self.device,
+            serve_dtype=self.serve_dtype,
         )
 
     def to_dict(self) -> Dict[str, Any]:
