@@ -26,6 +26,7 @@ from agentlightning.types import EnqueueRolloutRequest, NamedResources, PromptTe
 
 from ..apo.evaluation import RolloutResult, collect_results
 from ..apo.placeholders import placeholder_problem
+from .bridge import LoopBridge
 
 if TYPE_CHECKING:
     from gepa import EvaluationBatch
@@ -57,7 +58,7 @@ class StoreAdapter:
 
     Args:
         store: the trainer's store.
-        loop: the algorithm's event loop.
+        bridge: carries the calls from gepa's thread to the algorithm's event loop.
         messages: the adapter that turns a rollout's spans into conversations.
         base_resources: the initial resources; a candidate's templates replace the seed ones in them.
         seeds: the seed template of every optimized component (name -> template).
@@ -73,7 +74,7 @@ class StoreAdapter:
         self,
         *,
         store: LightningStore,
-        loop: asyncio.AbstractEventLoop,
+        bridge: LoopBridge,
         messages: TraceToMessages,
         base_resources: NamedResources,
         seeds: Mapping[str, PromptTemplate],
@@ -82,7 +83,7 @@ class StoreAdapter:
         reuse: Optional[dict[tuple[str, str], list[str]]] = None,
     ) -> None:
         self.store = store
-        self.loop = loop
+        self.bridge = bridge
         self.messages = messages
         self.base_resources = dict(base_resources)
         self.seeds = dict(seeds)
@@ -137,7 +138,7 @@ class StoreAdapter:
     # ---- evaluation ----
 
     def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return self.bridge.call(coroutine)
 
     async def _evaluate(self, batch: Sequence[Example], candidate: Mapping[str, str]) -> EvaluationBatch:
         from gepa import EvaluationBatch
@@ -196,12 +197,18 @@ class StoreAdapter:
         return [rollout_id for rollout_id in rollout_ids if rollout_id is not None]
 
 
+_REUSABLE = ("succeeded", "queuing", "requeuing")
+"""Finished, or still waiting for a runner. A rollout that was running when the run died is not waited
+for: its runner may be gone too."""
+
+
 async def find_reusable_rollouts(store: LightningStore, run: str) -> dict[tuple[str, str], list[str]]:
-    """The rollouts of `run` in the store that did not fail, by (candidate id, example key), oldest first."""
+    """The rollouts of `run` in the store that succeeded or wait for a runner, by (candidate id, example
+    key), oldest first."""
     found: dict[tuple[str, str], list[str]] = {}
     for rollout in await store.query_rollouts(sort_by="start_time"):
         meta = rollout.metadata or {}
-        if meta.get(META_RUN) != run or rollout.status in ("failed", "cancelled"):
+        if meta.get(META_RUN) != run or rollout.status not in _REUSABLE:
             continue
         found.setdefault((str(meta.get(META_CANDIDATE)), str(meta.get(META_EXAMPLE))), []).append(rollout.rollout_id)
     return found

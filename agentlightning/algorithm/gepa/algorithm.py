@@ -13,6 +13,7 @@ resources (`<run>-best`, `<run>-frontier`) while the search runs, for the dashbo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import tempfile
@@ -26,6 +27,7 @@ from ..apo.llm import RetryPolicy
 from ..base import Algorithm
 from ..state import check_run_name, load_algorithm_state
 from .adapter import Example, StoreAdapter, find_reusable_rollouts
+from .bridge import LoopBridge, run_in_daemon_thread
 from .persistence import search_rng_from_json, search_rng_to_json, state_from_json
 from .reflection import Budget, ReflectionModel, ReflectionUsage
 from .search import SearchRecorder, placeholder_reflection_prompt
@@ -217,12 +219,12 @@ class GEPA(Algorithm):
         val = [Example(f"val:{i}", val_source[i]) for i in range(len(val_source))]
         seeds, resources = self._seeds()
         store = self.get_store()
-        loop = asyncio.get_running_loop()
+        bridge = LoopBridge(asyncio.get_running_loop())
         saved = await load_algorithm_state(store, algorithm="gepa", run=self.run_name) if self.resume else None
         reflection = ReflectionModel(
             self.async_openai_client,
             self.reflection_model,
-            loop,
+            bridge,
             temperature=self.reflection_temperature,
             price_per_million_input_tokens=self.price_per_million_input_tokens,
             price_per_million_output_tokens=self.price_per_million_output_tokens,
@@ -230,7 +232,7 @@ class GEPA(Algorithm):
         )
         adapter = StoreAdapter(
             store=store,
-            loop=loop,
+            bridge=bridge,
             messages=self._adapter(),
             base_resources=resources,
             seeds=seeds,
@@ -245,11 +247,12 @@ class GEPA(Algorithm):
             max_reflection_dollars=self.max_reflection_dollars,
             max_iterations=self.max_iterations,
         )
-        recorder = SearchRecorder(store, adapter, reflection, self.run_name, loop)
+        recorder = SearchRecorder(store, adapter, reflection, self.run_name, bridge)
         try:
             with tempfile.TemporaryDirectory(prefix="agl-gepa-") as run_dir:
                 options = self._gepa_options(seeds, run_dir, recorder, budget, reflection, saved)
-                result = await asyncio.to_thread(_optimize, train, val, adapter, options)
+                search = functools.partial(_optimize, train, val, adapter, options)
+                result = await run_in_daemon_thread(search, bridge, f"AgentLightning-GEPA-{self.run_name}")
         finally:
             self.reflection_usage = reflection.usage
             self.rollouts_started = adapter.rollouts_started

@@ -10,12 +10,12 @@ iterations: rollouts run, reflection tokens, dollars, iterations; a fatal error 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..apo.llm import LLMCallError, RetryPolicy, chat_completion
+from .bridge import LoopBridge
 
 if TYPE_CHECKING:
     from gepa.core.state import GEPAState
@@ -51,7 +51,7 @@ class ReflectionModel:
     Args:
         client: `openai.AsyncOpenAI` of any OpenAI-compatible server.
         model: the reflection model's name.
-        loop: the event loop the algorithm runs on (the calls come from gepa's thread).
+        bridge: carries the calls from gepa's thread to the algorithm's event loop.
         temperature: sampling temperature (None: the server's default).
         price_per_million_input_tokens / price_per_million_output_tokens: dollars, for `usage.dollars`.
         retry: how transient failures are retried.
@@ -61,7 +61,7 @@ class ReflectionModel:
         self,
         client: AsyncOpenAI,
         model: str,
-        loop: asyncio.AbstractEventLoop,
+        bridge: LoopBridge,
         *,
         temperature: Optional[float] = None,
         price_per_million_input_tokens: Optional[float] = None,
@@ -70,7 +70,7 @@ class ReflectionModel:
     ) -> None:
         self.client = client
         self.model = model
-        self.loop = loop
+        self.bridge = bridge
         self.temperature = temperature
         self.input_price = price_per_million_input_tokens
         self.output_price = price_per_million_output_tokens
@@ -85,8 +85,7 @@ class ReflectionModel:
 
     def __call__(self, prompt: str | list[dict[str, Any]]) -> str:
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        future = asyncio.run_coroutine_threadsafe(self._complete(messages), self.loop)
-        return future.result()
+        return self.bridge.call(self._complete(messages))
 
     async def _complete(self, messages: list[dict[str, Any]]) -> str:
         self.usage.calls += 1

@@ -3,7 +3,6 @@ best candidate (`<run>-best`, the latest resources) and the Pareto front (`<run>
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -12,6 +11,7 @@ from agentlightning.types import NamedResources, PromptTemplate
 
 from ..state import save_algorithm_state
 from .adapter import StoreAdapter
+from .bridge import LoopBridge
 from .persistence import state_to_json
 from .reflection import ReflectionModel
 
@@ -86,13 +86,13 @@ class SearchRecorder:
         adapter: StoreAdapter,
         reflection: ReflectionModel,
         run: str,
-        loop: asyncio.AbstractEventLoop,
+        bridge: LoopBridge,
     ) -> None:
         self.store = store
         self.adapter = adapter
         self.reflection = reflection
         self.run = run
-        self.loop = loop
+        self.bridge = bridge
         self.search_state: Callable[[], dict[str, Any]] = dict
         """The random generator and sampler state (set by GEPA once it built them)."""
         self.checkpoints = 0
@@ -135,7 +135,7 @@ class SearchRecorder:
         self._wait(self._checkpoint(event["final_state"]))
 
     def _wait(self, coroutine: Any) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        self.bridge.call(coroutine)
 
     async def _publish(self, state: GEPAState) -> tuple[str, NamedResources]:
         from gepa import GEPAResult

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -250,3 +252,24 @@ def test_the_search_state_lives_in_its_own_bundle_and_a_wrong_setup_is_refused(s
             initial_resources={"llm": initial_resources(server.base_url)["llm"]},
         )
         trainer.fit(keyword_agent, TRAIN, val_dataset=VAL)
+
+
+def test_a_cancelled_search_ends_its_gepa_thread(server: OpenAITestServer) -> None:
+    """Cancelled while it waits for rollouts no runner takes, GEPA's thread ends instead of waiting for ever."""
+    gepa = make_gepa(server, max_iterations=1)
+    gepa.set_store(InMemoryLightningStore())
+    gepa.set_initial_resources(initial_resources(server.base_url))
+
+    def gepa_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("AgentLightning-GEPA-")]
+
+    async def cancel_soon() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(gepa.run(TRAIN, VAL), timeout=0.5)
+        # The loop lives on (as the trainer's does) with the store call gepa's thread waits on still pending.
+        deadline = time.monotonic() + 10.0
+        while gepa_threads() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not gepa_threads()
+
+    asyncio.run(cancel_soon())
