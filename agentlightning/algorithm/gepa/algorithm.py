@@ -102,26 +102,13 @@ class GEPA(Algorithm):
     ) -> None:
         if async_openai_client is None:  # pyright: ignore[reportUnnecessaryComparison]
             raise ValueError("GEPA needs an openai.AsyncOpenAI client for the reflection model, got None")
-        budgets = (max_rollouts, max_reflection_tokens, max_reflection_dollars, max_iterations)
-        if all(limit is None for limit in budgets):
-            raise ValueError(
-                "GEPA needs a budget: pass max_rollouts, max_reflection_tokens, max_reflection_dollars or max_iterations"
-            )
-        for name, limit in (
-            ("max_rollouts", max_rollouts),
-            ("max_reflection_tokens", max_reflection_tokens),
-            ("max_iterations", max_iterations),
-        ):
-            if limit is not None and (not isinstance(limit, int) or limit < 1):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise ValueError(f"{name} must be an integer >= 1, got {limit!r}")
-        if max_reflection_dollars is not None:
-            if max_reflection_dollars <= 0:
-                raise ValueError(f"max_reflection_dollars must be > 0, got {max_reflection_dollars}")
-            if price_per_million_input_tokens is None or price_per_million_output_tokens is None:
-                raise ValueError(
-                    "max_reflection_dollars needs the reflection model's prices: pass "
-                    "price_per_million_input_tokens and price_per_million_output_tokens"
-                )
+        _check_budget(
+            max_rollouts,
+            max_reflection_tokens,
+            max_reflection_dollars,
+            max_iterations,
+            priced=price_per_million_input_tokens is not None and price_per_million_output_tokens is not None,
+        )
         if minibatch_size < 1:
             raise ValueError(f"minibatch_size must be >= 1, got {minibatch_size}")
         if candidate_selection not in ("pareto", "current_best", "epsilon_greedy"):
@@ -323,6 +310,36 @@ class GEPA(Algorithm):
             "raise_on_exception": True,
             "display_progress_bar": False,
         }
+
+
+def _check_budget(
+    max_rollouts: Optional[int],
+    max_reflection_tokens: Optional[int],
+    max_reflection_dollars: Optional[float],
+    max_iterations: Optional[int],
+    *,
+    priced: bool,
+) -> None:
+    """ValueError unless at least one budget is set and every one set is usable."""
+    if all(limit is None for limit in (max_rollouts, max_reflection_tokens, max_reflection_dollars, max_iterations)):
+        raise ValueError(
+            "GEPA needs a budget: pass max_rollouts, max_reflection_tokens, max_reflection_dollars or max_iterations"
+        )
+    for name, limit in (
+        ("max_rollouts", max_rollouts),
+        ("max_reflection_tokens", max_reflection_tokens),
+        ("max_iterations", max_iterations),
+    ):
+        if limit is not None and (not isinstance(limit, int) or limit < 1):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"{name} must be an integer >= 1, got {limit!r}")
+    if max_reflection_dollars is not None:
+        if max_reflection_dollars <= 0:
+            raise ValueError(f"max_reflection_dollars must be > 0, got {max_reflection_dollars}")
+        if not priced:
+            raise ValueError(
+                "max_reflection_dollars needs the reflection model's prices: pass "
+                "price_per_million_input_tokens and price_per_million_output_tokens"
+            )
 
 
 def _optimize(train: list[Example], val: list[Example], adapter: StoreAdapter, options: dict[str, Any]) -> Any:
