@@ -5,8 +5,11 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Optional, Union
 
+from agentlightning.tracking import NullTracker, Tracker, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 if TYPE_CHECKING:
@@ -15,7 +18,20 @@ if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
     from agentlightning.trainer import Trainer
 
-__all__ = ["Algorithm"]
+__all__ = ["Algorithm", "TrainedPolicy"]
+
+
+@dataclass
+class TrainedPolicy:
+    """Weights an algorithm trained, handed to the next algorithm of a schedule that trains the same model."""
+
+    model: Any
+    """A Hugging Face causal LM (`torch.nn.Module`), LoRA merged into it."""
+    tokenizer: Any
+    source: str
+    """What it was loaded from ("smollm2", a path or hub id; "a loaded model" otherwise), for messages."""
+    trained_by: str
+    """The algorithm that trained it ("RFT", "GRPO")."""
 
 
 class Algorithm:
@@ -31,6 +47,8 @@ class Algorithm:
     _adapter_ref: Optional[weakref.ReferenceType[Any]] = None
     _store: Optional[LightningStore] = None
     _initial_resources: Optional[NamedResources] = None
+    _tracker: Optional[Tracker] = None
+    _owns_tracker: bool = False
 
     def is_async(self) -> bool:
         """Whether `run` is a coroutine function (the trainer awaits it) or a plain function."""
@@ -100,6 +118,63 @@ class Algorithm:
     def get_initial_resources(self) -> Optional[NamedResources]:
         """Resources given to the trainer as `initial_resources`, or None."""
         return self._initial_resources
+
+    # ---- experiment tracking ----
+
+    def set_tracker(self, tracker: Optional[Tracker]) -> None:
+        """Use `tracker` (the trainer's `tracking=`) instead of starting one from the algorithm's own setting."""
+        self._tracker, self._owns_tracker = tracker, False
+
+    def get_tracker(self) -> Tracker:
+        """Where to log metrics: the trainer's tracker, the one `start_tracking` started, or a `NullTracker`."""
+        return self._tracker if self._tracker is not None else NullTracker()
+
+    def start_tracking(
+        self,
+        spec: TrackingSpec,
+        *,
+        config: Mapping[str, Any],
+        run_name: Optional[str] = None,
+        dir: Optional[str] = None,
+    ) -> Tracker:
+        """Log `config` to the trainer's tracker, or start the backends `spec` names (None: `AGL_TRACKING`)."""
+        if self._tracker is not None:
+            self._tracker.log_config(config)
+            return self._tracker
+        self._tracker = make_tracker(spec, config=config, run_name=run_name, dir=dir)
+        self._owns_tracker = True
+        return self._tracker
+
+    def finish_tracking(self) -> None:
+        """Finish the tracker `start_tracking` started (the trainer finishes its own)."""
+        if self._owns_tracker and self._tracker is not None:
+            tracker, self._tracker, self._owns_tracker = self._tracker, None, False
+            tracker.finish()
+
+    # ---- schedules: what one algorithm hands to the next ----
+
+    def accepts_adapter(self, adapter: TraceAdapter[Any]) -> bool:
+        """Whether this algorithm reads what `adapter` produces; in a schedule a stage that does not gets
+        `default_adapter()` instead of the trainer's adapter."""
+        return True
+
+    def default_adapter(self) -> Optional[TraceAdapter[Any]]:
+        """The adapter to use when the trainer's is not one this algorithm reads (None: the trainer's)."""
+        return None
+
+    def get_result_resources(self) -> Optional[NamedResources]:
+        """The resources this algorithm leaves to the next one of a schedule (e.g. the best prompt it found,
+        next to the other initial resources); None when it changes none."""
+        return None
+
+    def get_trained_policy(self) -> Optional[TrainedPolicy]:
+        """Weights this algorithm trained, for the next policy-training algorithm of a schedule (None: none)."""
+        return None
+
+    def continue_from(self, policy: TrainedPolicy) -> None:
+        """Start from `policy` (trained by an earlier algorithm of the schedule) instead of loading a model.
+        Algorithms that train no weights ignore it."""
+        return None
 
     # ---- running ----
 

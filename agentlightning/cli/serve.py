@@ -21,8 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agl serve",
         description=(
-            "Serve a causal LM at /v1/chat/completions (OpenAI-compatible, plus vLLM-style prompt_token_ids and "
-            "per-choice token_ids). Concurrent requests are batched. Needs the `train` extra, except with "
+            "Serve a causal LM at /v1/chat/completions, /v1/responses (OpenAI Responses API) and /v1/messages "
+            "(Anthropic Messages API), with vLLM-style prompt and response token ids and logprobs. Concurrent "
+            "requests are batched continuously: a request joins the running batch at the next decode step "
+            "(CUDA graphs on GPU). Needs the `train` extra, except with "
             "`--model echo`, which answers every request with its last user message (no model; for smoke tests)."
         ),
         epilog=(
@@ -41,9 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when available)")
-    parser.add_argument("--max-batch-size", type=int, default=32, help="rows decoded together (default 32)")
     parser.add_argument(
-        "--batch-window-ms", type=float, default=10.0, help="how long to gather requests into a batch (default 10)"
+        "--dtype", default="auto", help="float32, bfloat16, float16 (default auto: bfloat16 on CUDA, float32 on CPU)"
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, default=32, help="sequences decoded at once (KV-cache slots; default 32)"
+    )
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=10.0,
+        help="when idle, how long the first request waits for others to share its prefill (default 10)",
     )
     parser.add_argument("--max-tokens", type=int, default=256, help="completion length when a request sets none")
     parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
@@ -63,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from agentlightning.serving.models import load_causal_lm
         from agentlightning.serving.server import PolicyServer
 
-        model, tokenizer = load_causal_lm(args.model, device=args.device)
+        model, tokenizer = load_causal_lm(args.model, device=args.device, dtype=args.dtype)
     except (ImportError, OSError, ValueError) as exc:
         print(f"agl serve: cannot load model {args.model!r}: {exc}", file=sys.stderr)
         return 1

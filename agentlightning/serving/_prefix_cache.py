@@ -1,9 +1,8 @@
-"""KV caches of prompt prefixes, so a batch whose prompts share a prefix (a system prompt, few-shot turns,
-or the earlier turns of a conversation that comes back with a longer prompt) skips re-encoding it."""
+"""KV caches of token prefixes, so a prompt that starts like a recent one (a system prompt, few-shot turns,
+the earlier turns of a conversation that comes back longer) skips re-encoding what they share."""
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -21,24 +20,24 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
 
 
 class PrefixCache:
-    """The KV caches of the `max_entries` most recently used prefixes, valid for one weights version.
+    """The KV blocks of the `max_entries` most recently used token sequences, valid for one weights version.
 
-    Only prefixes of at least `min_tokens` tokens are stored: shorter ones save less than the copy costs.
-    The engine clears the cache whenever the weights change.
+    A lookup finds the stored sequence that shares the longest prefix with a prompt (the whole stored
+    sequence need not match: a conversation's reply re-rendered by the chat template still shares the
+    prompt before it). Only matches of at least `min_tokens` tokens are used: shorter ones save less than
+    the copy costs. The engine clears the cache whenever the weights change.
     """
 
-    def __init__(self, max_entries: int = 8, min_tokens: int = 16) -> None:
+    def __init__(self, max_entries: int = 16, min_tokens: int = 16) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = max_entries
         self.min_tokens = max(1, min_tokens)
         self._entries: OrderedDict[Tuple[int, ...], Any] = OrderedDict()
-        self.enabled = True
-        """Turned off for a model whose KV cache is not a transformers `Cache` (cannot be copied per batch)."""
         self.hits = 0
-        """Batches that reused a stored prefix."""
+        """Prompts that reused a stored prefix."""
         self.reused_tokens = 0
-        """Prompt tokens (summed over rows) that were not re-encoded thanks to a stored prefix."""
+        """Prompt tokens that were not re-encoded thanks to a stored prefix."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -46,30 +45,36 @@ class PrefixCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def longest_shared(self, prompts: Sequence[List[int]]) -> Optional[Tuple[Tuple[int, ...], Any]]:
-        """The longest stored prefix that every prompt extends by at least one token, with its cache."""
-        room = min(len(p) for p in prompts) - 1
-        best: Optional[Tuple[int, ...]] = None
+    def longest(self, prompt: Sequence[int]) -> Tuple[int, Optional[Any]]:
+        """`(length, block)` of the stored prefix sharing the most tokens with `prompt`, leaving the prompt
+        at least one token of its own; `(0, None)` when none shares `min_tokens`."""
+        room = len(prompt) - 1
+        best, best_key = 0, None
         for key in self._entries:
-            if len(key) > room or (best is not None and len(key) <= len(best)):
+            if min(len(key), room) <= best:
                 continue
-            if all(tuple(p[: len(key)]) == key for p in prompts):
-                best = key
-        if best is None:
-            return None
-        self._entries.move_to_end(best)
-        return best, self._entries[best]
+            shared = common_prefix_length([key[:room], prompt])
+            if shared > best:
+                best, best_key = shared, key
+        if best_key is None or best < self.min_tokens:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        return best, self._entries[best_key]
 
-    def store(self, prefix: Sequence[int], cache: Any) -> None:
-        key = tuple(prefix)
-        self._entries[key] = cache
+    def covered(self, tokens: Sequence[int]) -> bool:
+        """Whether a stored sequence already starts with all of `tokens`."""
+        n = len(tokens)
+        return any(len(key) >= n and key[:n] == tuple(tokens) for key in self._entries)
+
+    def store(self, tokens: Sequence[int], block: Any) -> None:
+        """Keep `block` (the KV of `tokens`); stored sequences that `tokens` extends are dropped."""
+        key = tuple(tokens)
+        for shorter in [k for k in self._entries if len(k) < len(key) and key[: len(k)] == k]:
+            del self._entries[shorter]
+        self._entries[key] = block
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    @staticmethod
-    def expand(cache: Any, batch: int) -> Any:
-        """A private copy of a stored batch-1 cache, repeated `batch` times (decoding appends to it)."""
-        copied = copy.deepcopy(cache)
-        copied.batch_repeat_interleave(batch)
-        return copied
+    def keys(self) -> List[Tuple[int, ...]]:
+        return list(self._entries)

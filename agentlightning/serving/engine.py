@@ -1,123 +1,101 @@
-"""The policy engine: a request batcher in front of one causal LM whose weights can change between batches.
+"""The policy engine: continuous batching over one causal LM whose weights can change between steps.
 
-Requests that arrive while a batch is running, or within `batch_window_s` of each other, are decoded
-together in one left-padded batch (`sampling.generate_rows`). The KV cache of a prompt prefix that the
-rows of a batch share (a system prompt, few-shot turns, the earlier turns of a returning conversation)
-is kept for later batches (`PrefixCache`, one per LoRA adapter) until the weights change. Each batch runs entirely under the weights
-lock, so a completion is always sampled from a single weights version and `update_weights` never races
-with in-flight generation. With LoRA `adapters`, a batch holds the requests of one adapter (or of the
-base); the others are set aside, oldest first, for the next batches.
+Each choice of a request runs in a slot of a preallocated KV cache (`slots.SlotModel`). The engine thread
+loops: admit waiting requests into free slots (one batched prefill; a prompt prefix stored in the
+`PrefixCache`, or shared by the prompts admitted together, is encoded once), then run one decode step
+over the running sequences. A request that arrives while others decode joins at the next step; a
+sequence that ends leaves at once and frees its slot. On CUDA the decode step replays a CUDA graph.
+
+Every step runs under the weights lock, so `update_weights` (or `exclusive()`) waits for the step in
+flight and never races one. With LoRA `adapters`, each step decodes the sequences of one adapter (or of
+the base), taking turns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
+import heapq
 import logging
 import queue
 import random
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
-from ._prefix_cache import PrefixCache
-from .sampling import GenerationRow, SamplingParams, TokenStep, generate_rows
+from ._detokenizer import IncrementalDetokenizer
+from ._prefix_cache import PrefixCache, common_prefix_length
+from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep, row_seed, sample_tokens
+from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
+    from .slots import SlotModel
+
 __all__ = ["PolicyEngine", "SequenceDelta", "SequenceEnd", "CompletionStream", "CompletionEvent"]
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class SequenceDelta:
-    """One new token of choice `index` and the text it made visible (may be empty)."""
-
-    index: int
-    token_id: int
-    logprob: float
-    text: str
-    top_logprobs: List[tuple[int, float]] = field(default_factory=lambda: [])
-
-
-@dataclass
-class SequenceEnd:
-    """Choice `index` is complete: its full text, token ids and logprobs, and why it ended."""
-
-    index: int
-    finish_reason: str
-    text: str
-    text_tail: str
-    token_ids: List[int]
-    logprobs: List[float]
-    weights_version: int
-
-
-@dataclass
-class _Failure:
-    error: BaseException
-
-
-CompletionEvent = Union[SequenceDelta, SequenceEnd]
-
-
-class CompletionStream:
-    """The events of one request (`n` choices), consumed as an async iterator on the submitting loop."""
-
-    def __init__(
-        self,
-        prompt_ids: List[int],
-        params: SamplingParams,
-        n: int,
-        loop: asyncio.AbstractEventLoop,
-        adapter: Optional[str] = None,
-    ) -> None:
-        self.prompt_ids = prompt_ids
-        self.params = params
-        self.n = n
-        self.adapter = adapter
-        """The LoRA adapter that answers (None: the base, or the one policy of a server without adapters)."""
-        self.cancelled = threading.Event()
-        self._loop = loop
-        self._events: asyncio.Queue[Union[CompletionEvent, _Failure]] = asyncio.Queue()
-        self._remaining = n
-
-    def push(self, event: Union[CompletionEvent, _Failure]) -> None:
-        """Deliver an event from the engine thread (thread-safe)."""
-        try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
-        except RuntimeError:  # the consumer's loop is gone; nobody is listening any more
-            self.cancelled.set()
-
-    def cancel(self) -> None:
-        """Stop generating for this request at the next token (e.g. the HTTP client went away)."""
-        self.cancelled.set()
-
-    async def __aiter__(self) -> AsyncIterator[CompletionEvent]:
-        while self._remaining > 0:
-            event = await self._events.get()
-            if isinstance(event, _Failure):
-                raise event.error
-            if isinstance(event, SequenceEnd):
-                self._remaining -= 1
-            yield event
-
-    async def collect(self) -> List[SequenceEnd]:
-        """Wait for every choice and return their ends ordered by index."""
-        ends = [event async for event in self if isinstance(event, SequenceEnd)]
-        return sorted(ends, key=lambda end: end.index)
-
-
 _CLOSE = object()
 
 
+@dataclass
+class _Row:
+    """One choice being decoded in `slot`."""
+
+    stream: CompletionStream
+    index: int
+    slot: int
+    detokenizer: IncrementalDetokenizer
+    version: int
+    token_ids: List[int] = field(default_factory=lambda: [])
+    logprobs: List[float] = field(default_factory=lambda: [])
+    in_flight: int = 0
+    """Tokens of a launched decode step not yet landed (0 or 1)."""
+    done: bool = False
+
+    @property
+    def adapter(self) -> Optional[str]:
+        return self.stream.adapter
+
+    @property
+    def next_position(self) -> int:
+        """Where the last sampled token is written when it is fed back."""
+        return len(self.stream.prompt_ids) + len(self.token_ids) - 1
+
+    @property
+    def wants_more(self) -> bool:
+        """Whether another decode step may still produce a token this row keeps."""
+        return not self.done and len(self.token_ids) + self.in_flight < self.stream.params.max_tokens
+
+
+@dataclass
+class _Launched:
+    """A decode step on its way: the rows it serves (with their slots then) and its tokens' host copy."""
+
+    rows: List[tuple[_Row, int]]
+    tokens: Any
+
+
 class PolicyEngine:
-    """Serves completions from `model`, batching concurrent requests; see the module docstring."""
+    """Serves completions from `model` with continuous batching; see the module docstring.
+
+    Args:
+        max_batch_size: slots, i.e. sequences decoded at once (a request with `n` choices takes `n`).
+        batch_window_s: when idle, how long the first request waits for others to share its prefill.
+        max_context: longest sequence (prompt + completion); default the model's `max_position_embeddings`.
+        seed: seeds requests that bring no seed of their own.
+        prefix_cache_entries: token prefixes whose KV cache is kept for reuse (0 turns reuse off).
+        adapters: LoRA adapters of a peft model that requests may select.
+        cuda_graphs: replay decode steps as CUDA graphs (default: on CUDA).
+        compile: `torch.compile` the model for decode steps (fuses kernels: fewer, faster graph nodes; the
+            first steps compile, tens of seconds). The served model must not be trained in this process.
+        max_prefill_tokens: padded prompt tokens per prefill pass (longer admissions are split).
+    """
 
     def __init__(
         self,
@@ -128,8 +106,11 @@ class PolicyEngine:
         batch_window_s: float = 0.01,
         max_context: Optional[int] = None,
         seed: Optional[int] = None,
-        prefix_cache_entries: int = 8,
+        prefix_cache_entries: int = 16,
         adapters: Sequence[str] = (),
+        cuda_graphs: Optional[bool] = None,
+        compile: bool = False,
+        max_prefill_tokens: int = 8192,
     ) -> None:
         from .adapters import check_adapters
 
@@ -146,46 +127,76 @@ class PolicyEngine:
         self.eos_token_ids = _eos_token_ids(model, tokenizer)
         self.adapters = check_adapters(model, adapters)
         """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
+        self.cuda_graphs = cuda_graphs
+        self.compile = compile
+        self._launched: Optional[_Launched] = None
+        self.max_prefill_tokens = max_prefill_tokens
         self._rng = random.Random(seed)
         self._weights_lock = threading.RLock()
         self._weights_version = 0
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
-        self.batches_run = 0
         self._prefix_cache_entries = prefix_cache_entries
         self._prefix_caches: Dict[Optional[str], PrefixCache] = {}
+        self._slots: Optional[SlotModel] = None
+        self._sampling: Optional[SlotSampling] = None
+        self._rows: Dict[int, _Row] = {}
+        self._free: List[int] = list(range(max_batch_size))
+        self._waiting: Deque[CompletionStream] = collections.deque()
+        self._admitting: List[CompletionStream] = []
+        self._turn = 0
+        self._active_key: Optional[tuple[int, ...]] = None
+        self.batches_run = 0
+        """Admission rounds: groups of requests prefilled together."""
+        self.steps_run = 0
+        """Decode steps."""
 
     # Lifecycle ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the batching thread (idempotent)."""
+        """Start the engine thread (idempotent); allocates the KV cache on first start."""
         if self._thread is not None and self._thread.is_alive():
             return
+        self._ensure_slots()
         self._thread = threading.Thread(target=self._worker, name="agl-policy-engine", daemon=True)
         self._thread.start()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Finish the running batch, then stop the thread; queued requests fail with RuntimeError."""
+        """Stop the thread after the step in flight; running and queued requests fail with RuntimeError."""
         if self._thread is None:
             return
         self._queue.put(_CLOSE)
         self._thread.join(timeout)
         self._thread = None
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, CompletionStream):
-                item.push(_Failure(RuntimeError("the policy engine was closed before this request ran")))
+        self._fail_all(RuntimeError("the policy engine was closed before this request finished"))
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def slot_model(self) -> SlotModel:
+        """The model over its KV-cache slots (created at `start`)."""
+        return self._ensure_slots()
+
+    def _ensure_slots(self) -> SlotModel:
+        if self._slots is None:
+            from .slots import SlotModel
+
+            context = self.max_context or 4096
+            self._slots = SlotModel(
+                self.model,
+                slots=self.max_batch_size,
+                max_context=context,
+                cuda_graphs=self.cuda_graphs,
+                compile=self.compile,
+            )
+            self._sampling = SlotSampling(self.max_batch_size + 1, self._slots.vocab_size, self._slots.device)
+        return self._slots
+
     def prefix_cache_for(self, adapter: Optional[str] = None) -> Optional[PrefixCache]:
-        """The KV caches of shared prompt prefixes for batches of `adapter` (None: the base), kept apart
-        because an adapter changes the keys and values; None when `prefix_cache_entries=0`."""
+        """The KV caches of prompt prefixes for `adapter` (None: the base), kept apart because an adapter
+        changes the keys and values; None when `prefix_cache_entries=0`."""
         if not self._prefix_cache_entries:
             return None
         if adapter not in self._prefix_caches:
@@ -194,9 +205,13 @@ class PolicyEngine:
 
     @property
     def prefix_cache(self) -> Optional[PrefixCache]:
-        """`prefix_cache_for(None)`: the stored prefixes of the base (or of the one policy); emptied when the
-        weights change."""
+        """`prefix_cache_for(None)`: emptied when the weights change."""
         return self.prefix_cache_for(None)
+
+    @property
+    def active_sequences(self) -> int:
+        """Choices being decoded right now (slots in use)."""
+        return len(self._rows)
 
     # Requests ----------------------------------------------------------------------------------------
 
@@ -205,12 +220,12 @@ class PolicyEngine:
     ) -> CompletionStream:
         """Queue a request from inside a running event loop; iterate the returned stream for its events.
 
-        `adapter` picks one of `adapters` (None: the base); only requests of the same adapter share a batch.
+        `adapter` picks one of `adapters` (None: the base).
         """
         if adapter is not None and adapter not in self.adapters:
             raise ValueError(f"unknown adapter {adapter!r}; this engine serves adapters {self.adapters}")
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        if not 1 <= n <= self.max_batch_size:
+            raise ValueError(f"n must be >= 1 and <= max_batch_size ({self.max_batch_size}), got {n}")
         if not prompt_ids:
             raise ValueError("the prompt is empty; give at least one token")
         if not self.running:
@@ -238,12 +253,12 @@ class PolicyEngine:
 
     @property
     def weights_version(self) -> int:
-        """Bumped by every `update_weights`; completions report the version they were sampled with."""
+        """Bumped by every `update_weights`; completions report the version they started with."""
         return self._weights_version
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold generation off (waits for the running batch) - e.g. while a trainer updates a shared model."""
+        """Hold generation off (waits for the step in flight) - e.g. while a trainer updates a shared model."""
         with self._weights_lock:
             yield
 
@@ -252,7 +267,7 @@ class PolicyEngine:
 
         A module that shares the served model's parameters (shared-model mode) needs no copy; the call
         only marks the new version. With `adapters`, a module's adapter weights are copied into the served
-        peft model (the base is frozen). Blocks until the running batch finishes.
+        peft model (the base is frozen). Waits for the step in flight.
         """
         import torch
 
@@ -272,6 +287,8 @@ class PolicyEngine:
             self._weights_version += 1
             for cache in self._prefix_caches.values():
                 cache.clear()
+            if self._slots is not None:
+                self._slots.weights_changed()
             return self._weights_version
 
     def _load(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -284,115 +301,295 @@ class PolicyEngine:
                 f"{list(result.unexpected_keys)[:5]}; pass a state dict of the same architecture"
             )
 
-    # Batching thread ---------------------------------------------------------------------------------
+    # Engine thread -----------------------------------------------------------------------------------
 
     def _worker(self) -> None:
-        # Requests set aside, oldest first: another adapter's (a batch runs one adapter), or one that did
-        # not fit the batch it arrived in. Without adapters this is at most the one request that did not fit.
-        waiting: List[Any] = []
-        while True:
-            first = waiting.pop(0) if waiting else self._queue.get()
-            if first is _CLOSE:
-                return
-            batch: List[CompletionStream] = [first]
-            rows = first.n
-            set_aside: List[Any] = []
-            for item in waiting:
-                if _joins(item, first.adapter, rows, self.max_batch_size):
-                    batch.append(item)
-                    rows += item.n
-                else:
-                    set_aside.append(item)
-            waiting = set_aside
-            deadline = time.monotonic() + self.batch_window_s
-            while rows < self.max_batch_size and _CLOSE not in waiting:
-                try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if _joins(item, first.adapter, rows, self.max_batch_size):
-                    batch.append(item)
-                    rows += item.n
-                    continue
-                waiting.append(item)
-                if item is _CLOSE or item.adapter == first.adapter:  # this adapter's batch is full
-                    break
-            self._run_batch([s for s in batch if not s.cancelled.is_set()])
-
-    def _run_batch(self, batch: List[CompletionStream]) -> None:
-        if not batch:
-            return
         import torch
 
-        from ._detokenizer import IncrementalDetokenizer
-        from .adapters import active_adapter
-
-        device = next(self.model.parameters()).device
-        rows: List[GenerationRow] = []
-        owners: List[tuple[CompletionStream, int, IncrementalDetokenizer]] = []
-        for stream in batch:
-            seed = stream.params.seed if stream.params.seed is not None else self._rng.randrange(2**62)
-            generator = torch.Generator(device=device)
-            generator.manual_seed(seed)
-            for index in range(stream.n):
-                detokenizer = IncrementalDetokenizer(self.tokenizer, stream.params.stop)
-                owners.append((stream, index, detokenizer))
-                rows.append(
-                    GenerationRow(
-                        prompt_ids=stream.prompt_ids,
-                        params=stream.params,
-                        on_token=_token_callback(stream, index, detokenizer),
-                        generator=generator,
-                    )
-                )
+        outbox = Outbox()
         try:
-            selected = active_adapter(self.model, batch[0].adapter) if self.adapters else contextlib.nullcontext()
-            with self._weights_lock, selected:
-                version = self._weights_version
-                was_training = self.model.training
-                self.model.eval()
+            while self._take_requests():
+                with self._weights_lock, torch.inference_mode(), self._eval_mode():
+                    self._drop_cancelled(outbox)
+                    self._admit(outbox)
+                    launched = self._launch()
+                    self._land(outbox)
+                    self._launched = launched
+                outbox.flush()
+        except Exception as exc:  # a broken model or device: fail what runs rather than hang it
+            logger.exception("The policy engine stopped")
+            self._fail_all(exc)
+        finally:
+            outbox.flush()
+
+    def _take_requests(self) -> bool:
+        """Move queued requests to the waiting line; blocks while there is nothing to do. False on close."""
+        import time
+
+        items: List[Any] = []
+        if not self._rows and not self._waiting and self._launched is None:
+            items.append(self._queue.get())
+            deadline = time.monotonic() + self.batch_window_s
+            rows = getattr(items[0], "n", 0)
+            while items[-1] is not _CLOSE and rows < len(self._free):
                 try:
-                    results = generate_rows(
-                        self.model,
-                        rows,
-                        pad_token_id=int(self.tokenizer.pad_token_id),  # type: ignore[arg-type]
-                        eos_token_ids=self.eos_token_ids,
-                        prefix_cache=self.prefix_cache_for(batch[0].adapter),
-                    )
-                finally:
-                    self.model.train(was_training)
-        except Exception as exc:
-            logger.exception("Generation failed for a batch of %d rows", len(rows))
-            for stream in batch:
-                stream.push(_Failure(exc))
+                    items.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+                rows += getattr(items[-1], "n", 0)
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if item is _CLOSE:
+                return False
+            self._waiting.append(item)
+        return True
+
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.train(was_training)
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._weights_lock:
+            self._launched = None
+            streams = {id(row.stream): row.stream for row in self._rows.values()}
+            for row in list(self._rows.values()):
+                self._release(row)
+            streams.update((id(stream), stream) for stream in self._admitting)
+            self._admitting.clear()
+            while self._waiting:
+                stream = self._waiting.popleft()
+                streams[id(stream)] = stream
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, CompletionStream):
+                    streams[id(item)] = item
+        for stream in streams.values():
+            stream.fail(error)
+
+    def _release(self, row: _Row) -> None:
+        assert self._sampling is not None
+        row.done = True
+        del self._rows[row.slot]
+        self._sampling.release(row.slot)
+        heapq.heappush(self._free, row.slot)
+
+    def _drop_cancelled(self, outbox: Outbox) -> None:
+        for row in [r for r in self._rows.values() if r.stream.cancelled.is_set()]:
+            self._finish(row, "abort", outbox)
+        self._waiting = collections.deque(s for s in self._waiting if not s.cancelled.is_set())
+
+    # Admission ---------------------------------------------------------------------------------------
+
+    def _admit(self, outbox: Outbox) -> None:
+        admitted = self._admitting
+        free = len(self._free)
+        while self._waiting and self._waiting[0].n <= free:
+            free -= self._waiting[0].n
+            admitted.append(self._waiting.popleft())
+        if not admitted:
             return
         self.batches_run += 1
-        for (stream, index, detokenizer), result in zip(owners, results, strict=False):
-            stream.push(
-                SequenceEnd(
-                    index=index,
-                    finish_reason=result.finish_reason,
-                    text_tail=detokenizer.flush(),
-                    text=detokenizer.text,
-                    token_ids=result.token_ids,
-                    logprobs=result.logprobs,
-                    weights_version=version,
+        self._compact()
+        for adapter in dict.fromkeys(s.adapter for s in admitted):
+            with self._adapter(adapter):
+                self._prefill([s for s in admitted if s.adapter == adapter], outbox)
+        admitted.clear()
+
+    def _adapter(self, adapter: Optional[str]) -> Any:
+        from .adapters import active_adapter
+
+        return active_adapter(self.model, adapter) if self.adapters else contextlib.nullcontext()
+
+    def _prefill(self, streams: List[CompletionStream], outbox: Outbox) -> None:
+        import torch
+
+        slots, sampling = self.slot_model, self._sampling
+        assert sampling is not None
+        cache = self.prefix_cache_for(streams[0].adapter)
+        if cache is not None and len(streams) > 1:
+            self._encode_shared_prefix(streams, cache)
+        owned = [[heapq.heappop(self._free) for _ in range(s.n)] for s in streams]
+        starts: List[int] = []
+        for stream, stream_slots in zip(streams, owned, strict=True):
+            start, block = cache.longest(stream.prompt_ids) if cache is not None else (0, None)
+            if block is not None and cache is not None:
+                slots.cache.write(stream_slots[0], block, start)
+                cache.hits += 1
+                cache.reused_tokens += start
+            starts.append(start)
+        logits = self._prefill_chunks(streams, [s[0] for s in owned], starts)
+        rows: List[_Row] = []
+        for stream, stream_slots in zip(streams, owned, strict=True):
+            length = len(stream.prompt_ids)
+            if cache is not None and length >= cache.min_tokens and not cache.covered(stream.prompt_ids):
+                cache.store(stream.prompt_ids, slots.cache.read(stream_slots[0], length))
+            seed = stream.params.seed if stream.params.seed is not None else self._rng.randrange(2**62)
+            for index, slot in enumerate(stream_slots):
+                if slot != stream_slots[0]:
+                    slots.cache.copy(stream_slots[0], slot, length)
+                sampling.assign(slot, stream.params, row_seed(seed, index))
+                detokenizer = IncrementalDetokenizer(self.tokenizer, stream.params.stop)
+                rows.append(_Row(stream, index, slot, detokenizer, self._weights_version))
+        all_slots = [row.slot for row in rows]
+        index = torch.tensor(all_slots, device=slots.device)
+        slots.prompt_lengths[index] = torch.tensor([len(r.stream.prompt_ids) for r in rows], device=slots.device)
+        slots.positions[index, 0] = slots.prompt_lengths[index]
+        per_row = logits.repeat_interleave(torch.tensor([s.n for s in streams], device=logits.device), dim=0)
+        next_ids, sampled = sample_tokens(
+            per_row, sampling, all_slots, torch.zeros(len(rows), dtype=torch.long, device=slots.device), rows=index
+        )
+        slots.input_ids[index, 0] = next_ids
+        for i, row in enumerate(rows):
+            self._rows[row.slot] = row
+            self._emit(row, sampled.step(i, row.stream.params.top_logprobs), outbox)
+
+    def _encode_shared_prefix(self, streams: List[CompletionStream], cache: PrefixCache) -> None:
+        """Store the KV of the prefix the admitted prompts share, encoded once (in a free slot)."""
+        prompts = [s.prompt_ids for s in streams]
+        shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        prefix = prompts[0][:shared]
+        if shared < cache.min_tokens or cache.covered(prefix):
+            return
+        slot = self._free[0]
+        start, block = cache.longest(prompts[0][: shared + 1])
+        if block is not None:
+            self.slot_model.cache.write(slot, block, start)
+        self._prefill_chunks_raw([slot], [prefix[start:]], [start], streams[0].adapter)
+        cache.store(prefix, self.slot_model.cache.read(slot, shared))
+
+    def _prefill_chunks(self, streams: List[CompletionStream], slots: List[int], starts: List[int]) -> torch.Tensor:
+        tokens = [s.prompt_ids[start:] for s, start in zip(streams, starts, strict=True)]
+        return self._prefill_chunks_raw(slots, tokens, starts, streams[0].adapter)
+
+    def _prefill_chunks_raw(
+        self, slots: List[int], tokens: List[List[int]], starts: List[int], adapter: Optional[str]
+    ) -> torch.Tensor:
+        """Prefill in passes of at most `max_prefill_tokens` padded tokens; logits in the given order."""
+        import torch
+
+        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # similar lengths pad less
+        outputs: Dict[int, torch.Tensor] = {}
+        group: List[int] = []
+        for i in order + [-1]:
+            width = max([len(tokens[j]) for j in group] + ([len(tokens[i])] if i >= 0 else []))
+            if group and (i < 0 or width * (len(group) + 1) > self.max_prefill_tokens):
+                logits = self.slot_model.prefill(
+                    [slots[j] for j in group], [tokens[j] for j in group], [starts[j] for j in group], key=adapter
                 )
-            )
+                outputs.update({j: logits[k] for k, j in enumerate(group)})
+                group = []
+            if i >= 0:
+                group.append(i)
+        return torch.stack([outputs[i] for i in range(len(tokens))])
 
+    def _compact(self) -> None:
+        """Move running sequences down into free slots when that shrinks the decoded range's bucket."""
+        slots, sampling = self.slot_model, self._sampling
+        assert sampling is not None
+        if not self._rows:
+            return
+        target = slots.batch_bucket(len(self._rows))
+        if slots.batch_bucket(max(self._rows) + 1) <= target:
+            return
+        for slot in sorted((s for s in self._rows if s >= target), reverse=True):
+            if not self._free or self._free[0] >= target:
+                break
+            dst = heapq.heappop(self._free)
+            row = self._rows.pop(slot)
+            slots.move(slot, dst, row.next_position + row.in_flight + 1)
+            sampling.move(slot, dst)
+            row.slot = dst
+            self._rows[dst] = row
+            heapq.heappush(self._free, slot)
 
-def _joins(item: Any, adapter: Optional[str], rows: int, max_rows: int) -> bool:
-    """Whether a queued request can join a batch of `adapter` that holds `rows` rows."""
-    return item is not _CLOSE and item.adapter == adapter and rows + item.n <= max_rows
+    # Decoding ----------------------------------------------------------------------------------------
 
+    def _launch(self) -> Optional[_Launched]:
+        """Start one decode step for the running sequences of one adapter (the adapters take turns).
 
-def _token_callback(stream: CompletionStream, index: int, detokenizer: Any) -> Callable[[TokenStep], bool]:
-    def on_token(step: TokenStep) -> bool:
-        text, stopped = detokenizer.push(step.token_id)
-        stream.push(SequenceDelta(index, step.token_id, step.logprob, text, step.top_logprobs))
-        return stopped or stream.cancelled.is_set()
+        On CUDA the step runs while the host lands the previous one: a sequence that ended there may take
+        part in this step too, and its extra token is dropped when this step lands.
+        """
+        slots, sampling = self.slot_model, self._sampling
+        assert sampling is not None
+        rows = [row for row in self._rows.values() if row.wants_more]
+        if not rows:
+            return None
+        adapters = sorted({row.adapter for row in rows}, key=lambda a: (a is not None, a or ""))
+        adapter = adapters[self._turn % len(adapters)]
+        self._turn += 1
+        rows = [row for row in rows if row.adapter == adapter]
+        batch = slots.batch_bucket(max(row.slot for row in rows) + 1)
+        kv_len = slots.kv_bucket(max(row.next_position + row.in_flight for row in rows) + 1)
+        active = tuple(sorted(row.slot for row in rows))
+        if active != self._active_key:
+            slots.set_active(active)
+            self._active_key = active
+        mode = SamplingMode.of(sampling.params[:batch])
+        with self._adapter(adapter):
+            tokens = slots.decode_step(batch, kv_len, sampling, mode, key=adapter).copy_to_host()
+        self.steps_run += 1
+        for row in rows:
+            row.in_flight += 1
+        return _Launched([(row, row.slot) for row in rows], tokens)
 
-    return on_token
+    def _land(self, outbox: Outbox) -> None:
+        """Hand out the tokens of the step launched before (waits for it when it still runs)."""
+        launched, self._launched = self._launched, None
+        if launched is None:
+            return
+        sampled = launched.tokens.wait()
+        for row, slot in launched.rows:
+            row.in_flight -= 1
+            if not row.done:
+                self._emit(row, sampled.step(slot, row.stream.params.top_logprobs), outbox)
+
+    def _emit(self, row: _Row, step: TokenStep, outbox: Outbox) -> None:
+        """Record a sampled token, send its delta, and end the row when it is done."""
+        params = row.stream.params
+        row.token_ids.append(step.token_id)
+        row.logprobs.append(step.logprob)
+        text, stopped = row.detokenizer.push(step.token_id)
+        outbox.put(row.stream, SequenceDelta(row.index, step.token_id, step.logprob, text, step.top_logprobs))
+        if stopped or (step.token_id in self.eos_token_ids and not params.ignore_eos):
+            self._finish(row, "stop", outbox)
+        elif row.stream.cancelled.is_set():
+            self._finish(row, "abort", outbox)
+        elif len(row.token_ids) >= params.max_tokens:
+            self._finish(row, "length", outbox)
+
+    def _finish(self, row: _Row, reason: str, outbox: Outbox) -> None:
+        cache = self.prefix_cache_for(row.adapter) if reason != "abort" else None
+        fed = row.next_position  # the prompt and every token but the last went through the model
+        if cache is not None and fed >= cache.min_tokens:
+            tokens = [*row.stream.prompt_ids, *row.token_ids][:fed]
+            if not cache.covered(tokens):
+                cache.store(tokens, self.slot_model.cache.read(row.slot, fed))
+        self._release(row)
+        outbox.put(
+            row.stream,
+            SequenceEnd(
+                index=row.index,
+                finish_reason=reason,
+                text_tail=row.detokenizer.flush(),
+                text=row.detokenizer.text,
+                token_ids=row.token_ids,
+                logprobs=row.logprobs,
+                weights_version=row.version,
+            ),
+        )
 
 
 def _eos_token_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> List[int]:

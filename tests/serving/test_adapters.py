@@ -102,14 +102,15 @@ def test_each_model_name_is_answered_by_its_adapter(adapter_server: PolicyServer
 
 
 def test_interleaved_requests_batch_per_adapter_without_waiting_for_each_other() -> None:
-    """Requests are set aside while another adapter's batch runs, then batched together: 3 batches, not 12."""
+    """All twelve are admitted together; each decode step serves one adapter's four rows (6 steps, not 24)."""
     model, tokenizer = two_adapter_model()
     engine = PolicyEngine(model, tokenizer, max_batch_size=32, batch_window_s=0.2, seed=0, adapters=ADAPTERS)
     order = [None, "planner", "coder"] * 4
 
     async def run() -> list[int]:
         # Submitted back to back: all are queued within the first batch's window.
-        streams = [engine.submit([1, 5, 6], SamplingParams(max_tokens=2), adapter=name) for name in order]
+        params = SamplingParams(max_tokens=3, ignore_eos=True)
+        streams = [engine.submit([1, 5, 6], params, adapter=name) for name in order]
         return [len(await stream.collect()) for stream in streams]
 
     engine.start()
@@ -117,7 +118,8 @@ def test_interleaved_requests_batch_per_adapter_without_waiting_for_each_other()
         assert asyncio.run(run()) == [1] * len(order)
     finally:
         engine.close()
-    assert engine.batches_run == 3
+    assert engine.batches_run == 1
+    assert engine.steps_run == 3 * 2  # the first token comes from the prefill, two more per adapter
     with pytest.raises(ValueError, match="unknown adapter 'critic'"):
         engine.submit([1], SamplingParams(), adapter="critic")
 

@@ -58,8 +58,12 @@ def tiny_tokenizer() -> Any:
     return tokenizer
 
 
-def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2) -> Tuple[Any, Any]:
-    """`(model, tokenizer)`: a randomly initialised float32 Llama (~30k parameters) in eval mode."""
+def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2, eos_bias: float = 0.0) -> Tuple[Any, Any]:
+    """`(model, tokenizer)`: a randomly initialised float32 Llama (~30k parameters) in eval mode.
+
+    `eos_bias` adds that much to the logit of the end-of-turn token, so answers end on their own (agents
+    that treat a length-cut answer as an error, like the OpenAI Agents SDK, need that).
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = tiny_tokenizer()
@@ -78,6 +82,13 @@ def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2) -> Tupl
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if eos_bias:
+        head = torch.nn.Linear(hidden_size, config.vocab_size, bias=True)
+        head.weight = model.get_input_embeddings().weight
+        with torch.no_grad():
+            head.bias.zero_()
+            head.bias[tokenizer.eos_token_id] = eos_bias
+        model.lm_head = head
     model.eval()
     return model, tokenizer
 
@@ -85,7 +96,9 @@ def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2) -> Tupl
 class ScriptedLM(torch.nn.Module):
     """A stand-in causal LM that emits a fixed token script (then eos), to test text handling exactly.
 
-    It follows the calling convention `sampling.generate_rows` uses: `past_key_values` counts decode steps.
+    It follows the policy engine's calling convention: `position_ids` hold each token's position, and a
+    call with more than one token (a prefill) ends the prompt; the token after position p is then
+    `script[p - last prompt position]`.
     """
 
     def __init__(self, script: List[int], vocab_size: int, eos_token_id: int) -> None:
@@ -94,11 +107,22 @@ class ScriptedLM(torch.nn.Module):
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.config = types.SimpleNamespace(max_position_embeddings=4096, eos_token_id=eos_token_id)
+        self.config = types.SimpleNamespace(
+            max_position_embeddings=4096,
+            eos_token_id=eos_token_id,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            hidden_size=1,
+            vocab_size=vocab_size,
+        )
+        self._prompt_end = 0
 
-    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None, **_: Any) -> Any:
-        step = 0 if past_key_values is None else past_key_values
-        token = self.script[step] if step < len(self.script) else self.eos_token_id
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, **_: Any) -> Any:
+        last = position_ids[:, -1]
+        if input_ids.shape[1] > 1:
+            self._prompt_end = int(last.max())
         logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab_size), -30.0)
-        logits[:, -1, token] = 30.0
-        return types.SimpleNamespace(logits=logits, past_key_values=step + 1)
+        for row, position in enumerate(last.tolist()):
+            step = position - self._prompt_end
+            logits[row, -1, self.script[step] if step < len(self.script) else self.eos_token_id] = 30.0
+        return types.SimpleNamespace(logits=logits)

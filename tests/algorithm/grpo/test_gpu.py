@@ -36,3 +36,24 @@ def test_one_grpo_step_on_cuda_with_sampling_time_logprobs() -> None:
     metrics = learner.step(samples)
     assert metrics["old_logprobs_recomputed"] == 0 and torch.isfinite(torch.tensor(metrics["loss"]))
     assert any(not torch.equal(b, p) for b, p in zip(before, learner.policy.parameters(), strict=True))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+@pytest.mark.parametrize("async_rollouts", [False, True])
+def test_grpo_fit_on_cuda_serves_bf16_with_cuda_graphs(tmp_path, async_rollouts: bool) -> None:
+    from agentlightning.algorithm.grpo import GRPO
+    from agentlightning.store.memory import InMemoryLightningStore
+    from tests.algorithm.grpo.test_algorithm import _config, _fit, patient_vowel_agent
+
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, device="auto", async_rollouts=async_rollouts, total_steps=3, micro_batch_size=4)
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    _fit(algorithm, InMemoryLightningStore(), agent=patient_vowel_agent)  # retries ride out a swap's 429s
+    assert algorithm.learner is not None and algorithm.server is not None
+    served = algorithm.server.engine.model
+    assert next(served.parameters()).dtype == torch.bfloat16 and next(served.parameters()).is_cuda
+    assert next(algorithm.learner.policy.parameters()).dtype == torch.float32
+    assert algorithm.server.engine.slot_model.graphs_captured > 0
+    for record in algorithm.history:
+        assert record["rollouts_failed"] == 0 and record["weight_sync_ms"] > 0
+    print("weight_sync_ms per step:", [round(r["weight_sync_ms"], 2) for r in algorithm.history])
