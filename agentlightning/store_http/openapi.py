@@ -188,7 +188,7 @@ def store_openapi(app: FastAPI) -> dict[str, Any]:
             errors = dict(_COMMON_ERRORS)
             if method == "post" and path.startswith(("/v1/agl/rollouts", "/v1/agl/spans")):
                 errors.update(_STATE_ERRORS)
-            if path == "/v1/traces":
+            if path in ("/v1/traces", "/v1/logs"):  # the OTLP routes read protobuf or JSON only
                 errors["415"] = "unsupported Content-Type or Content-Encoding"
             responses: dict[str, Any] = operation.setdefault("responses", {})
             for status, description in errors.items():
