@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 MAX_SERIES_POINTS = 20_000
+MIN_BUCKET_SECONDS = 0.001  # finish times are seconds since the epoch: finer buckets overflow, and mean nothing
 _TERMINAL = sorted(TERMINAL_ROLLOUT_STATUSES)
 _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -201,7 +202,8 @@ async def throughput(
     """Finished rollouts per time bucket, from the oldest to the newest of the `limit` most recent.
 
     Without `bucket_seconds`, a round size is picked so the range fits in about 60 buckets; a size too
-    small for the range is raised to the smallest that gives at most `MAX_SERIES_POINTS` buckets.
+    small for the range is raised to the smallest that gives at most `MAX_SERIES_POINTS` buckets, and
+    never below `MIN_BUCKET_SECONDS`.
     """
     if bucket_seconds is not None and not bucket_seconds > 0:
         raise ValueError(f"bucket_seconds must be > 0, got {bucket_seconds}")
@@ -210,7 +212,8 @@ async def throughput(
     if not rollouts:
         return Throughput(bucket_seconds=bucket_seconds or 60.0, buckets=[], total=0)
     first, last = min(ends), max(ends)
-    size = max(bucket_seconds or pick_bucket_seconds(last - first), (last - first) / (MAX_SERIES_POINTS - 2))
+    fitting = (last - first) / (MAX_SERIES_POINTS - 2)
+    size = max(bucket_seconds or pick_bucket_seconds(last - first), fitting, MIN_BUCKET_SECONDS)
     origin = math.floor(first / size) * size
     n_buckets = int((last - origin) // size) + 1
     buckets = [ThroughputBucket(start=origin + i * size) for i in range(n_buckets)]

@@ -6,6 +6,7 @@ costs one validation and one serialisation. Unknown fields are rejected so typos
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Optional, TypeVar, Union
 
@@ -97,6 +98,43 @@ def validation_error(exc: ValidationError, what: str) -> HTTPError:
     return HTTPError(422, f"invalid {what}: {describe_validation(exc)}", "ValidationError")
 
 
+def _integral_floats_as_ints(data: Any, errors: list[Any]) -> bool:
+    """Turn the floats strict validation refused as integers into ints, in place; False if any is not integral."""
+    for error in errors:
+        value = error.get("input")
+        if error.get("type") != "int_type" or not isinstance(value, float) or not value.is_integer():
+            return False
+        *parents, last = error["loc"]
+        target = data
+        for key in parents:
+            target = target[key]
+        target[last] = int(value)
+    return True
+
+
+def validate_body(validator: Union[type[M], TypeAdapter[Any]], raw: bytes) -> Any:
+    """A request body validated as JSON types say: `true` is not 1, `"5"` is not 5, `0` is not `false`.
+
+    pydantic's lax mode would take each; strict mode is used, except that an integral float such as `5.0`
+    is an integer (as JSON Schema has it, so a client may write one).
+    """
+    adapter = validator if isinstance(validator, TypeAdapter) else None
+    try:
+        if adapter is not None:
+            return adapter.validate_json(raw, strict=True)
+        return validator.model_validate_json(raw, strict=True)  # type: ignore[union-attr]
+    except ValidationError as exc:
+        errors = exc.errors()
+        if any(error.get("type") == "json_invalid" for error in errors):
+            raise
+        data = json.loads(raw)
+        if not _integral_floats_as_ints(data, errors):
+            raise
+    if adapter is not None:
+        return adapter.validate_python(data, strict=True)
+    return validator.model_validate(data, strict=True)  # type: ignore[union-attr]
+
+
 async def read_json(request: Request, model: type[M], *, optional: bool = False) -> M:
     raw = await request.body()
     if not raw and optional:
@@ -104,7 +142,7 @@ async def read_json(request: Request, model: type[M], *, optional: bool = False)
     elif not raw.strip():
         raise HTTPError(400, f"request body required: a JSON object for {model.__name__}")
     try:
-        return model.model_validate_json(raw)
+        return validate_body(model, raw)
     except ValidationError as exc:
         raise validation_error(exc, model.__name__) from None
 

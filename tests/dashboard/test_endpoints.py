@@ -397,3 +397,19 @@ async def test_training_refreshes_reuse_finished_rollouts(
     queries = caches.rewards.span_queries
     await get_ok(http, "/analytics/rewards")
     assert caches.rewards.span_queries == queries
+
+
+async def test_throughput_takes_any_positive_bucket_size() -> None:
+    """With one finished rollout, a bucket of 5e-324 s overflowed into a 422 ('cannot convert float infinity')."""
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0, routers=[dashboard_router()])
+    await server.start()
+    try:
+        started = await store.start_rollout(input=1)
+        await store.update_attempt(started.rollout_id, "latest", status="succeeded")
+        async with httpx.AsyncClient(base_url=server.endpoint) as http:
+            for bucket in (5e-324, 1e-9, 1e300):
+                result = await get_ok(http, "/analytics/throughput", bucket_seconds=bucket)
+                assert result["total"] == 1 and len(result["buckets"]) == 1
+    finally:
+        await server.stop()

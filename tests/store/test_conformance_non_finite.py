@@ -66,43 +66,38 @@ async def test_finishing_with_a_non_finite_span_finishes_the_attempt(store: Ligh
     _assert_encoded((await store.query_spans(started.rollout_id)).items[0])
 
 
-@pytest.mark.parametrize("time_field", ["start_time", "end_time"])
-async def test_a_non_finite_span_time_is_refused(store: LightningStore, backend: Backend, time_field: str) -> None:
+async def test_a_non_finite_span_time_is_refused(store: LightningStore, backend: Backend) -> None:
     started = await store.start_rollout(input=1)
-    with pytest.raises(backend.errors, match=time_field):
-        await store.add_span(span_of(started, 1).model_copy(update={time_field: math.nan}))
+    for time_field in ("start_time", "end_time"):
+        with pytest.raises(backend.errors, match=time_field):
+            await store.add_span(span_of(started, 1).model_copy(update={time_field: math.nan}))
     assert (await store.query_spans(started.rollout_id)).total == 0
 
 
-@pytest.mark.parametrize("value", list(NON_FINITE.values()), ids=list(NON_FINITE))
-async def test_non_finite_inputs_and_metadata_are_refused(
-    store: LightningStore, backend: Backend, value: float
+async def test_non_finite_inputs_metadata_and_heartbeat_times_are_refused(
+    store: LightningStore, backend: Backend
 ) -> None:
-    with pytest.raises(backend.errors, match=r"input\['x'\]\[1\]"):
-        await store.enqueue_rollout(input={"x": [1.0, value]})
-    with pytest.raises(backend.errors, match=r"metadata\['score'\]"):
-        await store.start_rollout(input=1, metadata={"score": value})
-    with pytest.raises(backend.errors, match="input"):
-        await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=1), EnqueueRolloutRequest(input=value)])
-    assert (await store.query_rollouts()).total == 0
     started = await store.start_rollout(input=1)
-    with pytest.raises(backend.errors, match="input"):
-        await store.update_rollout(started.rollout_id, input=value)
-    with pytest.raises(backend.errors, match=r"metadata\['a'\]\['b'\]"):
-        await store.update_rollout(started.rollout_id, metadata={"a": {"b": value}})
-    with pytest.raises(backend.errors, match="metadata"):
-        await store.update_attempt(started.rollout_id, "latest", metadata={"x": value})
+    for value in NON_FINITE.values():
+        with pytest.raises(backend.errors, match=r"input\['x'\]\[1\]"):
+            await store.enqueue_rollout(input={"x": [1.0, value]})
+        with pytest.raises(backend.errors, match=r"metadata\['score'\]"):
+            await store.start_rollout(input=1, metadata={"score": value})
+        with pytest.raises(backend.errors, match="input"):
+            await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=1), EnqueueRolloutRequest(input=value)])
+        with pytest.raises(backend.errors, match="input"):
+            await store.update_rollout(started.rollout_id, input=value)
+        with pytest.raises(backend.errors, match=r"metadata\['a'\]\['b'\]"):
+            await store.update_rollout(started.rollout_id, metadata={"a": {"b": value}})
+        with pytest.raises(backend.errors, match="metadata"):
+            await store.update_attempt(started.rollout_id, "latest", metadata={"x": value})
+        with pytest.raises(backend.errors, match="last_heartbeat_time"):
+            await store.update_attempt(started.rollout_id, "latest", last_heartbeat_time=value)
+    assert (await store.query_rollouts()).total == 1  # nothing refused was stored
     rollout = await store.get_rollout_by_id(started.rollout_id)
     assert rollout is not None and rollout.input == 1 and rollout.metadata is None
-
-
-@pytest.mark.parametrize("value", list(NON_FINITE.values()), ids=list(NON_FINITE))
-async def test_a_non_finite_heartbeat_time_is_refused(store: LightningStore, backend: Backend, value: float) -> None:
-    started = await store.start_rollout(input=1)
-    with pytest.raises(backend.errors, match="last_heartbeat_time"):
-        await store.update_attempt(started.rollout_id, "latest", last_heartbeat_time=value)
     attempt = await store.get_latest_attempt(started.rollout_id)
-    assert attempt is not None and attempt.last_heartbeat_time is None
+    assert attempt is not None and attempt.last_heartbeat_time is None and attempt.metadata is None
 
 
 async def test_worker_heartbeat_stats_keep_non_finite_numbers_as_strings(store: LightningStore) -> None:

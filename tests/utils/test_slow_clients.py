@@ -32,7 +32,7 @@ async def echo(request: Request) -> Response:
 
 
 async def slow_handler(_request: Request) -> Response:
-    await asyncio.sleep(1.5)  # longer than every limit: a request that is in is never timed
+    await asyncio.sleep(1.2)  # longer than every limit: a request that is in is never timed
     return JSONResponse({"ok": True})
 
 
@@ -46,7 +46,7 @@ APP = Starlette(routes=[Route("/echo", echo, methods=["POST"]), Route("/slow", s
 @pytest.fixture
 async def port() -> AsyncIterator[int]:
     args = PythonServerLauncherArgs(
-        launch_mode="thread", healthcheck_url="/health", header_timeout=0.5, body_timeout=0.5, body_deadline=1.5
+        launch_mode="thread", healthcheck_url="/health", header_timeout=0.3, body_timeout=0.3, body_deadline=1.0
     )
     launcher = PythonServerLauncher(APP, args)
     await launcher.start()
@@ -104,13 +104,13 @@ def test_a_body_trickling_past_its_deadline_is_cut_off(port: int) -> None:
     sock = _connect(port)
     sock.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
     closed = False
-    for _ in range(40):  # a byte every 0.2 s: never idle for body_timeout, but past body_deadline
+    for _ in range(40):  # a byte every 0.15 s: never idle for body_timeout, but past body_deadline
         try:
             sock.sendall(b"x")
         except OSError:
             closed = True
             break
-        time.sleep(0.2)
+        time.sleep(0.15)
     if not closed:
         sock.settimeout(CLIENT_WAIT)
         assert b"200 OK" not in _read_until_closed(sock)
@@ -122,7 +122,7 @@ def test_prompt_requests_keep_alive_and_slow_handlers_are_never_cut(port: int) -
     sock.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     first = _read_response(sock)
     assert first.startswith(b"HTTP/1.1 200") and b'"ok":true' in first
-    time.sleep(1.0)  # idle between two requests of a keep-alive connection: longer than header_timeout
+    time.sleep(0.5)  # idle between two requests of a keep-alive connection: longer than header_timeout
     body = b"y" * 5000
     sock.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     second = _read_response(sock)

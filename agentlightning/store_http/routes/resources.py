@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from agentlightning.types import NamedResources, PaginatedResult, ResourcesUpdate
 
-from ..bodies import StoreRoute, check_page, int64_query, json_response, not_found, validation_error
+from ..bodies import StoreRoute, check_page, int64_query, json_response, not_found, validate_body, validation_error
 from ..context import API_PREFIX, store_of
 from ..errors import HTTPError
 from ..openapi import json_body
@@ -25,7 +25,7 @@ async def _read_resources(request: Request) -> dict[str, Any]:
     if not raw.strip():
         raise HTTPError(400, "request body required: a JSON object of name -> resource")
     try:
-        return _RESOURCES.validate_json(raw)
+        return validate_body(_RESOURCES, raw)
     except ValidationError as exc:
         raise validation_error(exc, "resources") from None
 

@@ -26,6 +26,7 @@ from ..bodies import (
     json_response,
     missing_or,
     read_json,
+    validate_body,
     validation_error,
 )
 from ..context import API_PREFIX, store_of
@@ -57,7 +58,7 @@ def build_spans_router() -> APIRouter:
         if not raw.strip():
             raise HTTPError(400, "request body required: a JSON span")
         try:
-            span = Span.model_validate_json(raw)
+            span = validate_body(Span, raw)
         except ValidationError as exc:
             raise validation_error(exc, "span") from None
         check_int64(span.sequence_id, "sequence_id")
@@ -120,7 +121,7 @@ def build_spans_router() -> APIRouter:
         store = store_of(request)
         raw = await request.body()
         try:
-            spans = _SPANS.validate_json(raw)
+            spans = validate_body(_SPANS, raw)
         except ValidationError as exc:
             raise validation_error(exc, "spans (a JSON list of spans)") from None
         for span in spans:
