@@ -19,6 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
+import pydantic_core
+
 from agentlightning.types.tracer import Event, Link, Span
 
 __all__ = ["NON_FINITE_STRINGS", "check_finite", "check_finite_number", "encode_non_finite", "finite_span"]
@@ -29,6 +31,21 @@ NON_FINITE_STRINGS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 def _non_finite(value: float) -> bool:
     return value != value or value in (math.inf, -math.inf)
+
+
+def _may_hold_non_finite(value: Any) -> bool:
+    """A fast (native) first look: False means `value` surely holds no NaN / infinity.
+
+    Serialising with NaN / infinity as bare tokens is ~20x faster than walking the value in Python; a
+    string that merely contains "NaN" sends it to the walk, which then finds nothing.
+    """
+    if isinstance(value, (str, int)) or value is None:
+        return False
+    try:
+        encoded = pydantic_core.to_json(value, inf_nan_mode="constants")
+    except Exception:  # something JSON cannot hold: let the walk decide
+        return True
+    return b"NaN" in encoded or b"Infinity" in encoded
 
 
 def _find(value: Any) -> Optional[list[Any]]:
@@ -59,7 +76,7 @@ def _at(path: list[Any]) -> str:
 
 def check_finite(value: Any, field: str) -> None:
     """Refuse NaN and +-infinity anywhere in a document, naming where (`input['scores'][2]`)."""
-    path = _find(value)
+    path = _find(value) if _may_hold_non_finite(value) else None
     if path is None:
         return
     bad = value
@@ -99,7 +116,9 @@ def _encode(value: Any) -> Any:
 
 def encode_non_finite(value: Any) -> Any:
     """`value` itself when it holds no NaN / infinity, else a copy with each written as a string."""
-    return value if _find(value) is None else _encode(value)
+    if not _may_hold_non_finite(value) or _find(value) is None:
+        return value
+    return _encode(value)
 
 
 def _finite_event(event: Event, index: int) -> Event:
