@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="when idle, how long the first request waits for others to share its prefill (default 10)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step (fuses kernels; the first requests wait while it compiles)",
+    )
     parser.add_argument("--max-tokens", type=int, default=256, help="completion length when a request sets none")
     parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -87,6 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         batch_window_s=args.batch_window_ms / 1000.0,
         default_max_tokens=args.max_tokens,
         seed=args.seed,
+        compile=args.compile,
     )
     try:
         server.start()
