@@ -486,10 +486,10 @@ def _answers_as_store(url: str) -> bool:
 async def _wait_for_server(client: LightningStoreClient, stop_event: ExecutionEvent, worker_id: int) -> bool:
     """Poll the server's health check until it answers (True) or the stop event is set (False).
 
-    Gives up with `RunError` after the client's retry budget (at least 5 s).
+    Gives up with `RunError` after the client's retry budget (at least 1 s).
     """
     loop = asyncio.get_running_loop()
-    budget = max(client.retry_budget, 5.0)
+    budget = max(client.retry_budget, 1.0)
     deadline = loop.time() + budget
     announced = False
     while not stop_event.is_set():

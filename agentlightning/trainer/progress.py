@@ -67,6 +67,7 @@ class RunProgress:
         stall_timeout: Optional[float] = None,
         output: Optional[TextIO] = None,
         clock: Callable[[], float] = time.monotonic,
+        check_every: float = _CHECK_SECONDS,
     ) -> None:
         self.store = store
         self.algorithm_name = algorithm_name
@@ -74,6 +75,7 @@ class RunProgress:
         self.stall_timeout = stall_timeout_from_env() if stall_timeout is None else stall_timeout
         self.output = output
         self._clock = clock
+        self._check_every = min(check_every, self.interval or check_every)
         self._started = clock()
         self._finished: dict[str, tuple[str, str]] = {}  # rollout id -> (mode, status), once terminal
         self._snapshot: Counter[tuple[str, str]] = Counter()
@@ -98,7 +100,7 @@ class RunProgress:
         """Print progress lines and check for a stall until cancelled."""
         last_line = last_move = self._clock()
         while True:
-            await asyncio.sleep(_CHECK_SECONDS)
+            await asyncio.sleep(self._check_every)
             now = self._clock()
             try:
                 moved = await self.refresh()

@@ -54,13 +54,13 @@ def _probe(url: str, token: Optional[str]) -> Optional[str]:
         return str(reason)
 
 
-def wait_until_store_answers(
-    client: LightningStoreClient, source: str, timeout: float = STORE_CONNECT_TIMEOUT_SECONDS
-) -> None:
-    """Return once the store server behind `client` answers; raise `RunError` after `timeout` seconds.
+def wait_until_store_answers(client: LightningStoreClient, source: str, timeout: Optional[float] = None) -> None:
+    """Return once the store server behind `client` answers; raise `RunError` after `timeout` seconds
+    (default `STORE_CONNECT_TIMEOUT_SECONDS`).
 
     `source` says where the URL came from (`AGL_STORE_URL`, `store=...`), for the error message.
     """
+    timeout = STORE_CONNECT_TIMEOUT_SECONDS if timeout is None else timeout
     url = f"{client.server_address}/health"
     deadline = time.monotonic() + timeout
     announced = False

@@ -1,0 +1,104 @@
+"""Sending a run to a store server that is already running (`agl store`), and the port of a run's own store.
+
+`AGL_STORE_URL` or `Trainer(store="http://...")` makes the run use that server (no server of its own, no
+port clash); a clash on the run's own port says so; port 0 works with runner processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import agentlightning as agl
+from agentlightning.store_http.client import LightningStoreClient
+from agentlightning.tracer.otel import OtelTracer
+from agentlightning.trainer import remote
+from agentlightning.trainer.run_store import RUN_METADATA_KEY
+from agentlightning.types import NamedResources, Rollout
+from agentlightning.utils.server_launcher import pick_free_port
+from tests.support.agl_cli import running
+
+
+class Doubler(agl.LitAgent[int]):
+    async def rollout_async(self, task: int, resources: NamedResources, rollout: Rollout) -> float:
+        return float(task * 2)
+
+
+@pytest.fixture(scope="module")
+def agl_store() -> Iterator[str]:
+    """`agl store` (memory backend) in a subprocess, started before the runs as a user would."""
+    port = pick_free_port()
+    url = f"http://127.0.0.1:{port}"
+    with running(["store", "--port", str(port), "--log-level", "WARNING"], f"{url}/v1/agl/health"):
+        yield url
+
+
+def _fast(**kwargs: Any) -> agl.Trainer:
+    return agl.Trainer(
+        algorithm=agl.Baseline(polling_interval=0.05),
+        n_runners=1,
+        tracer=OtelTracer(),
+        runner={"poll_interval": 0.05, "heartbeat_interval": 60.0},
+        **kwargs,
+    )
+
+
+async def _rollouts_of(url: str, run: str) -> list[Any]:
+    client = LightningStoreClient(url)
+    try:
+        return [r for r in await client.query_rollouts() if (r.metadata or {}).get(RUN_METADATA_KEY) == run]
+    finally:
+        await client.close()
+
+
+def test_agl_store_url_sends_the_run_to_the_running_store(
+    agl_store: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGL_STORE_URL", agl_store)
+    trainer = _fast(run_name="env run")
+    assert isinstance(trainer.store, LightningStoreClient)
+    assert trainer.strategy.managed_store is False  # type: ignore[attr-defined]  # nothing served, no port used
+    trainer.fit(Doubler(), train_dataset=[1, 2])
+
+    mine = asyncio.run(_rollouts_of(agl_store, "env run"))
+    assert sorted(r.input for r in mine) == [1, 2] and {r.status for r in mine} == {"succeeded"}
+    out = capsys.readouterr().out
+    assert "2 rollouts: 2 succeeded, 0 failed" in out
+    assert f"store: LightningStoreClient to the store server at {agl_store} (dashboard: {agl_store}/)" in out
+
+
+def test_a_port_clash_with_agl_store_explains_how_to_use_it(agl_store: str) -> None:
+    port = int(agl_store.rsplit(":", 1)[1])
+    trainer = _fast(port=port)
+    with pytest.raises(agl.RunError) as raised:
+        trainer.fit(Doubler(), train_dataset=[1])
+    message = str(raised.value)
+    assert f"port {port} is in use by an agentlightning store at {agl_store}" in message
+    assert f"AGL_STORE_URL={agl_store}" in message and f"Trainer(store='{agl_store}')" in message
+    assert "Trainer(port=0)" in message
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # no chained wall of text
+
+
+def test_port_zero_serves_the_run_on_a_free_port_with_runner_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    trainer = _fast(port=0, run_name="port zero")
+    trainer.fit(Doubler(), train_dataset=[3])
+    assert trainer.last_summary is not None and trainer.last_summary.succeeded == 1
+    assert "InMemoryLightningStore served at http://localhost:" in capsys.readouterr().out
+
+
+def test_a_store_url_that_does_not_answer_fails_within_the_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "STORE_CONNECT_TIMEOUT_SECONDS", 0.5)
+    url = f"http://127.0.0.1:{pick_free_port()}"
+    trainer = _fast(store=url)
+    with pytest.raises(agl.RunError, match=r"no agentlightning store answered at .* within 0.5 s") as raised:
+        trainer.fit(Doubler(), train_dataset=[1])
+    assert "`agl store`" in str(raised.value) and "store=..." in str(raised.value)
+
+
+def test_a_bad_agl_store_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGL_STORE_URL", "127.0.0.1:4747")
+    with pytest.raises(ValueError, match="AGL_STORE_URL='127.0.0.1:4747' is not an http"):
+        agl.Trainer()
