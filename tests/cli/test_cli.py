@@ -15,7 +15,6 @@ from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.agl_cli import running
 
 
-
 def test_help_lists_every_subcommand_with_a_description(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

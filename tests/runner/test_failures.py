@@ -8,7 +8,7 @@ import urllib.error
 from typing import Any
 
 import aiohttp
-import httpx
+import httpx2  # the HTTP client openai is built on
 import openai
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -27,8 +27,8 @@ from agentlightning.types import NamedResources, Rollout
 
 
 def _openai_404() -> openai.NotFoundError:
-    request = httpx.Request("POST", "http://127.0.0.1:9/v1/nope/chat/completions")
-    response = httpx.Response(404, request=request, json={"detail": "Not Found"})
+    request = httpx2.Request("POST", "http://127.0.0.1:9/v1/nope/chat/completions")
+    response = httpx2.Response(404, request=request, json={"detail": "Not Found"})
     return openai.NotFoundError("Error code: 404", response=response, body=None)
 
 
