@@ -12,11 +12,11 @@ import argparse
 import asyncio
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from .store import BACKENDS, DEFAULT_SQLITE_PATH, LOG_LEVELS, build_store
+from ._logging import LOG_LEVELS, setup_cli_logging
+from .store import BACKENDS, DEFAULT_SQLITE_PATH, build_store
 
 __all__ = ["build_parser", "main"]
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("AGL_GATEWAY_SECRET"),
         help="secret attempt keys derive from (default $AGL_GATEWAY_SECRET; else a random one, printed)",
     )
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
 
 
@@ -103,9 +103,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from agentlightning.logging import setup
-
-    setup(args.log_level, color=sys.stderr.isatty(), apply_to=["uvicorn"])
+    setup_cli_logging(args.log_level)
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:
