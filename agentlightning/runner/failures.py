@@ -12,6 +12,8 @@ import logging
 import multiprocessing
 from typing import Any, Optional
 
+from agentlightning.semconv import AGL_EXCEPTION_SUMMARY
+
 __all__ = [
     "FAILURE_SUMMARY_ATTRIBUTE",
     "describe_failure",
@@ -19,7 +21,7 @@ __all__ = [
     "share_first_traceback",
 ]
 
-FAILURE_SUMMARY_ATTRIBUTE = "agentlightning.exception.summary"
+FAILURE_SUMMARY_ATTRIBUTE = AGL_EXCEPTION_SUMMARY
 """Attribute of a failed attempt's `agentlightning.exception` span: the one-line `describe_failure` text."""
 
 _MAX_LINE = 300

@@ -13,13 +13,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from agentlightning.semconv import AGL_RUN
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import EnqueueRolloutRequest, Rollout
 
 __all__ = ["RUN_METADATA_KEY", "RunStore", "default_run_name"]
 
-RUN_METADATA_KEY = "agl_run"
+RUN_METADATA_KEY = AGL_RUN
 """Rollout metadata key naming the `fit`/`dev` run that created the rollout."""
 
 _CREATING = ("enqueue_rollout", "start_rollout")

@@ -15,9 +15,8 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from pydantic import BaseModel
 
+from agentlightning.emitter.exception import find_failure
 from agentlightning.emitter.reward import find_final_reward
-from agentlightning.runner.failures import FAILURE_SUMMARY_ATTRIBUTE
-from agentlightning.semconv import AGL_EXCEPTION
 from agentlightning.store.base import LightningStore
 from agentlightning.types import TERMINAL_ROLLOUT_STATUSES, AttemptedRollout, Rollout, Span
 
@@ -122,15 +121,9 @@ def describe_store(store: LightningStore, served_at: Optional[str] = None) -> st
 
 def _failure_of(rollout: AttemptedRollout, spans: Sequence[Span]) -> str:
     """The error that failed the attempt, from its exception span; else how the attempt ended."""
-    for span in reversed(spans):
-        if span.name == AGL_EXCEPTION:
-            summary = span.attributes.get(FAILURE_SUMMARY_ATTRIBUTE)
-            if isinstance(summary, str) and summary:
-                return summary
-            kind, message = span.attributes.get("exception.type"), span.attributes.get("exception.message")
-            if kind:
-                first = str(message or "").strip().splitlines()
-                return f"{kind}: {first[0]}" if first else str(kind)
+    failure = find_failure(spans)
+    if failure is not None:
+        return failure
     if rollout.attempt.status != "failed":
         return f"attempt {rollout.attempt.status} (see RolloutConfig timeouts)"
     return "failed without an error recorded"
