@@ -32,7 +32,7 @@ from .legacy import TrainerLegacy
 from .progress import PROGRESS_INTERVAL_SECONDS, RunProgress, format_duration
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
 from .remote import is_store_url, store_url_from_env, wait_until_store_answers
-from .run_store import RunStore, default_run_name
+from .run_store import ForeignRolloutWarning, RunStore, default_run_name
 from .summary import FitSummary, describe_store, summarize_run
 
 if TYPE_CHECKING:
@@ -393,9 +393,10 @@ class Trainer(TrainerLegacy):
             remote = self._remote_client(self.store)
             if remote is not None:
                 wait_until_store_answers(remote, self._store_source)
+            run = self.run_name or default_run_name(started_at)
             self.strategy.execute(
-                self._algorithm_bundle(algorithm, started_at, train_dataset, val_dataset),
-                self._runner_bundle(agent),
+                self._algorithm_bundle(algorithm, run, started_at, train_dataset, val_dataset),
+                self._runner_bundle(agent, run),
                 self.store,
             )
         except RunError as exc:  # its message says it all: a short traceback from here
@@ -420,19 +421,21 @@ class Trainer(TrainerLegacy):
                 "is in the log above"
             ) from None
 
-    def _runner_bundle(self, agent: LitAgent[Any]) -> _RunnerBundle:
+    def _runner_bundle(self, agent: LitAgent[Any], run: str) -> _RunnerBundle:
         copy_per_worker = isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.n_runners > 1
-        return _RunnerBundle(self.runner, agent, self.hooks, copy_per_worker)
+        hooks = self.hooks
+        if getattr(self.strategy, "role", "both") == "both":  # these runners serve this run's algorithm only
+            hooks = (*hooks, ForeignRolloutWarning(run))
+        return _RunnerBundle(self.runner, agent, hooks, copy_per_worker)
 
     def _algorithm_bundle(
         self,
         algorithm: Optional[Algorithm],
+        run: str,
         started_at: float,
         train_dataset: Optional[Dataset[Any]],
         val_dataset: Optional[Dataset[Any]],
     ) -> Callable[[LightningStore, ExecutionEvent], Any]:
-        run = self.run_name or default_run_name(started_at)
-
         async def algorithm_bundle(store: LightningStore, event: ExecutionEvent) -> None:
             if algorithm is None:
                 await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)

@@ -12,7 +12,7 @@ from agentlightning.algorithm import algo
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.trainer.progress import RunProgress, format_duration
-from agentlightning.trainer.run_store import RUN_METADATA_KEY, RunStore
+from agentlightning.trainer.run_store import RUN_METADATA_KEY, ForeignRolloutWarning, RunStore
 from agentlightning.types import EnqueueRolloutRequest, NamedResources, Rollout
 
 
@@ -29,6 +29,18 @@ async def test_the_run_store_tags_and_remembers_the_rollouts_it_creates() -> Non
     stored = {r.rollout_id: r.metadata for r in await store.store.query_rollouts()}
     assert stored[one.rollout_id] == {"keep": True, RUN_METADATA_KEY: "quickstart.py 10:00"}
     assert all(m is not None and m[RUN_METADATA_KEY] == "quickstart.py 10:00" for m in stored.values())
+
+
+async def test_a_runner_says_once_when_it_takes_another_runs_rollout(caplog: pytest.LogCaptureFixture) -> None:
+    hook = ForeignRolloutWarning("b.py 10:00")
+    mine = Rollout(rollout_id="ro-1", input=1, start_time=0.0, metadata={RUN_METADATA_KEY: "b.py 10:00"})
+    theirs = Rollout(rollout_id="ro-2", input=2, start_time=0.0, metadata={RUN_METADATA_KEY: "a.py 09:59"})
+    untagged = Rollout(rollout_id="ro-3", input=3, start_time=0.0)
+    with caplog.at_level("WARNING", logger="agentlightning.trainer.run_store"):
+        for rollout in (mine, untagged, theirs, theirs):
+            await hook.on_rollout_start(agent=None, runner=None, rollout=rollout)  # type: ignore[arg-type]
+    (record,) = caplog.records
+    assert "rollout ro-2 was enqueued by run 'a.py 09:59', not by this run ('b.py 10:00')" in record.getMessage()
 
 
 async def test_a_progress_line_counts_done_failed_running_and_queued_per_mode() -> None:
