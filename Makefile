@@ -10,7 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 
 # Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
 # verl goes in without its GPU stack (vLLM, flash-attn, a torch pin): the CPU tests of agentlightning.verl
-# need only verl.protocol and its packaged configs; the dev extra brings tensordict, omegaconf and ray.
+# need verl.protocol, verl.trainer.ppo.core_algos and its packaged configs; the dev extra brings tensordict,
+# omegaconf, ray, codetiming and pyarrow.
 $(BIN)/activate: pyproject.toml
 	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -16,6 +16,7 @@ Qwen2.5-0.5B's shape. Run:
 
     python benchmarks/engine_bench.py --quick                               # CPU, fp32, small sizes
     python benchmarks/engine_bench.py --device cuda --dtype bfloat16 --json gpu.json
+    python benchmarks/engine_bench.py --device cuda --compile --hf-eager 32 --json gpu-compiled.json
     python benchmarks/engine_bench.py --no-hf --concurrency 8 --poisson-requests 24 --json cpu8.json
 
 Any engine with the same `PolicyEngine(model, tokenizer, ...)`, `submit` and `update_weights` API can be
@@ -112,12 +113,13 @@ def word_tokenizer(vocab_size: int) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=inner, pad_token="w0", eos_token="w1", bos_token="w0")
 
 
-def make_engine(model: Any, tokenizer: Any, slots: int, graphs: Optional[bool]) -> Any:
+def make_engine(model: Any, tokenizer: Any, slots: int, graphs: Optional[bool], compile: bool = False) -> Any:
     from agentlightning.serving.engine import PolicyEngine
 
     kwargs: Dict[str, Any] = {"max_batch_size": slots, "batch_window_s": 0.005, "seed": 0}
     if "cuda_graphs" in inspect.signature(PolicyEngine).parameters:
         kwargs["cuda_graphs"] = graphs
+        kwargs["compile"] = compile
     engine = PolicyEngine(model, tokenizer, **kwargs)
     engine.start()
     return engine
@@ -256,12 +258,13 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=31)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=_ints, default=None, help="default 1,8,32,64 (--quick: 1,8)")
-    parser.add_argument("--hf", default="eager", help="HF baselines at every concurrency: eager, or none")
+    parser.add_argument("--hf-eager", type=_ints, default=None, help="concurrencies for HF eager (default: all)")
     parser.add_argument("--hf-static", type=_ints, default=None, help="concurrencies for HF static+compile")
     parser.add_argument("--no-hf", action="store_true", help="measure only ours")
     parser.add_argument("--poisson-requests", type=int, default=None)
     parser.add_argument("--poisson-rate", type=float, default=None, help="requests/s (default: half of c=8's)")
     parser.add_argument("--no-graphs", action="store_true", help="decode eagerly on CUDA too")
+    parser.add_argument("--compile", action="store_true", help="ours with torch.compile (PolicyEngine(compile=True))")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -277,8 +280,9 @@ def main() -> None:
     )
     concurrency = args.concurrency or ([1, 8] if args.quick else [1, 8, 32, 64])
     hf_static = args.hf_static if args.hf_static is not None else ([32] if device.type == "cuda" else [])
+    hf_eager = args.hf_eager if args.hf_eager is not None else concurrency
     if args.no_hf:
-        args.hf, hf_static = "none", []
+        hf_eager, hf_static = [], []
     new_tokens = 32 if args.quick and args.new_tokens == 128 else args.new_tokens
     model, tokenizer = build_model(args.model, device, dtype)
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -289,10 +293,11 @@ def main() -> None:
     prompts = torch.randint(2, vocab, (n_prompts, args.prompt_tokens), generator=rng).tolist()
     params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True)
     rows: List[Row] = []
-    engine = make_engine(model, tokenizer, max(concurrency), None if not args.no_graphs else False)
+    engine = make_engine(model, tokenizer, max(concurrency), None if not args.no_graphs else False, args.compile)
     try:
         for c in concurrency:
             rows.append(asyncio.run(ours_closed(engine, prompts, params, c)))
+            rows[-1].system += ", torch.compile" if args.compile else ""
             print_table(rows[-1:], "")
         poisson_n = args.poisson_requests if args.poisson_requests is not None else (8 if args.quick else 32)
         if poisson_n:
@@ -304,7 +309,7 @@ def main() -> None:
         print(f"  weight sync (update_weights from a second copy): {sync:.1f} ms")
     finally:
         engine.close()
-    runs = [(c, False) for c in (concurrency if args.hf == "eager" else [])] + [(c, True) for c in hf_static]
+    runs = [(c, False) for c in hf_eager] + [(c, True) for c in hf_static]
     for c, static in runs:
         try:
             rows.append(hf_generate(model, prompts[:c], new_tokens, static=static))

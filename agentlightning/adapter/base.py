@@ -8,9 +8,10 @@ from typing import Generic, TypeVar, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from agentlightning.types import Span
+from agentlightning.types import Event, Span
+from agentlightning.utils.genai import AGL_LOG_EVENT
 
-__all__ = ["Adapter", "TraceAdapter", "OtelTraceAdapter", "normalize_spans"]
+__all__ = ["Adapter", "TraceAdapter", "OtelTraceAdapter", "normalize_spans", "fold_log_events"]
 
 T_from = TypeVar("T_from")
 T_to = TypeVar("T_to")
@@ -40,7 +41,8 @@ class OtelTraceAdapter(Adapter[Sequence[ReadableSpan], T_to], Generic[T_to]):
 
 def normalize_spans(spans: Iterable[Union[Span, ReadableSpan]]) -> list[Span]:
     """Agentlightning spans as-is; OpenTelemetry spans converted with dummy ids and their list position as
-    sequence id (they were never stored, so they have neither)."""
+    sequence id (they were never stored, so they have neither). OTLP log events stored beside a span
+    (`gen_ai.user.message`...) become events of that span (`fold_log_events`)."""
     normalized: list[Span] = []
     for index, span in enumerate(spans):
         if isinstance(span, Span):
@@ -52,4 +54,32 @@ def normalize_spans(spans: Iterable[Union[Span, ReadableSpan]]) -> list[Span]:
                 f"cannot adapt {type(span).__name__} at position {index}; pass agentlightning Spans or "
                 "OpenTelemetry ReadableSpans"
             )
-    return normalized
+    return fold_log_events(normalized)
+
+
+def fold_log_events(spans: list[Span]) -> list[Span]:
+    """Move records that arrived as OTLP log events into their parent span's `events` (in time order).
+
+    The official instrumentations send prompt and completion messages as log events tied to the LLM span;
+    the store keeps each as a record under that span (`agentlightning.log_event`). Records whose span is
+    not among `spans` stay as they are.
+    """
+    by_id = {span.span_id: span for span in spans}
+    attached: dict[str, list[Event]] = {}
+    folded: set[str] = set()
+    for span in spans:
+        if span.attributes.get(AGL_LOG_EVENT) is True and span.parent_id in by_id:
+            attributes = {k: v for k, v in span.attributes.items() if k != AGL_LOG_EVENT}
+            attached.setdefault(span.parent_id, []).append(  # type: ignore[arg-type]
+                Event(name=span.name, attributes=attributes, timestamp=span.start_time)
+            )
+            folded.add(span.span_id)
+    if not folded:
+        return spans
+    result: list[Span] = []
+    for span in spans:
+        if span.span_id in folded:
+            continue
+        extra = attached.get(span.span_id)
+        result.append(span.model_copy(update={"events": [*span.events, *extra]}) if extra else span)
+    return result

@@ -21,6 +21,15 @@ from agentlightning.semconv import (
     LightningSpanAttributes,
 )
 from agentlightning.types import Span
+from agentlightning.utils.genai import (
+    AGL_LOGPROBS,
+    AGL_LOSS_MASK,
+    AGL_PROMPT_TOKEN_IDS,
+    AGL_RESPONSE_TOKEN_IDS,
+    event_messages,
+    system_instructions_message,
+    to_openai_messages,
+)
 from agentlightning.utils.otel import filter_and_unflatten_attributes
 
 __all__ = [
@@ -119,7 +128,12 @@ def _token_ids_from_choice(choice: Mapping[str, Any]) -> Optional[list[int]]:
 def prompt_token_ids_of(span: Span) -> Optional[list[int]]:
     """Prompt token ids: ours/AgentOps `prompt_token_ids`, Weave operation output, LiteLLM `llm.<provider>.*`."""
     attributes = span.attributes
-    candidates = [PROMPT_TOKEN_IDS, f"{_OP_OUTPUT}.{PROMPT_TOKEN_IDS}", *_provider_keys(attributes, PROMPT_TOKEN_IDS)]
+    candidates = [
+        PROMPT_TOKEN_IDS,
+        AGL_PROMPT_TOKEN_IDS,
+        f"{_OP_OUTPUT}.{PROMPT_TOKEN_IDS}",
+        *_provider_keys(attributes, PROMPT_TOKEN_IDS),
+    ]
     for key in candidates:
         ids = _as_token_ids(_unflatten(attributes, key))
         if ids is not None:
@@ -132,6 +146,7 @@ def response_token_ids_of(span: Span) -> Optional[list[int]]:
     attributes = span.attributes
     for key in (
         RESPONSE_TOKEN_IDS,
+        AGL_RESPONSE_TOKEN_IDS,
         f"{_OP_OUTPUT}.{RESPONSE_TOKEN_IDS}",
         *_provider_keys(attributes, RESPONSE_TOKEN_IDS),
     ):
@@ -159,11 +174,28 @@ def _openinference_messages(value: Any) -> Any:
     return value
 
 
+def _genai_input_messages(attributes: Mapping[str, Any]) -> Any:
+    """`gen_ai.input.messages` (typed parts, current GenAI conventions) as OpenAI messages, with the
+    `gen_ai.system_instructions` in front."""
+    value = to_openai_messages(_unflatten(attributes, "gen_ai.input.messages"))
+    instructions = system_instructions_message(attributes.get("gen_ai.system_instructions"))
+    if instructions is not None:
+        return [instructions, *(value if isinstance(value, list) else [])]  # type: ignore[misc]
+    return value
+
+
 def prompt_content_of(span: Span) -> Any:
-    """The request messages (unflattened), from whichever convention the span uses; None if absent."""
+    """The request messages (unflattened), from whichever convention the span uses; None if absent.
+
+    GenAI messages that came as events (span events, or OTLP log events folded into the span) count too.
+    """
     attributes = span.attributes
-    for key in ("gen_ai.prompt", "gen_ai.input.messages", f"{_OP_INPUT}.messages"):
-        value = _unflatten(attributes, key)
+    for reader in (
+        lambda: _unflatten(attributes, "gen_ai.prompt"),
+        lambda: _genai_input_messages(attributes),
+        lambda: _unflatten(attributes, f"{_OP_INPUT}.messages"),
+    ):
+        value = reader()
         if value is not None:
             return value
     value = _unflatten(attributes, "llm.input_messages")
@@ -171,30 +203,30 @@ def prompt_content_of(span: Span) -> Any:
         return _openinference_messages(value)
     for key in _provider_keys(attributes, "messages"):
         return parse_literal(attributes[key])
-    return None
+    return event_messages(span.events)[0] if span.events else None
 
 
 def completion_content_of(span: Span) -> Any:
-    """The response choices/messages (unflattened); None if absent."""
+    """The response choices/messages (unflattened); None if absent (GenAI events count, as for prompts)."""
     attributes = span.attributes
     for key in ("gen_ai.completion", "gen_ai.output.messages", f"{_OP_OUTPUT}.choices"):
         value = _unflatten(attributes, key)
         if value is not None:
-            return value
+            return to_openai_messages(value) if key == "gen_ai.output.messages" else value
     value = _unflatten(attributes, "llm.output_messages")
     if value is not None:
         return _openinference_messages(value)
     for key in _provider_keys(attributes, "choices"):
         return parse_literal(attributes[key])
-    return None
+    return event_messages(span.events)[1] if span.events else None
 
 
 def logprobs_of(span: Span) -> Optional[dict[str, Any]]:
     """Logprobs as `{"content": [...], "refusal": [...]}` (JSON-decoded) when the span carries them."""
     attributes = span.attributes
     result: dict[str, Any] = {}
-    for field, key in (("content", LOGPROBS_CONTENT), ("refusal", LOGPROBS_REFUSAL)):
-        if key in attributes:
+    for field, key in (("content", LOGPROBS_CONTENT), ("refusal", LOGPROBS_REFUSAL), ("content", AGL_LOGPROBS)):
+        if key in attributes and field not in result:
             result[field] = parse_literal(attributes[key])
     if not result:
         for key in _provider_keys(attributes, "choices"):
@@ -277,6 +309,9 @@ def build_triplet_fields(members: Sequence[Span]) -> tuple[dict[str, Any], dict[
     logprobs = _first(ordered, logprobs_of)
     if logprobs is not None:
         response["logprobs"] = logprobs
+    loss_mask = _first(ordered, lambda span: _as_token_ids(span.attributes.get(AGL_LOSS_MASK)))
+    if loss_mask is not None:
+        response["loss_mask"] = loss_mask
     metadata: dict[str, Any] = {}
     for field, reader in (("request", request_metadata_of), ("response", response_metadata_of), ("usage", usage_of)):
         value = _first(ordered, reader)

@@ -4,7 +4,9 @@ Flavours covered: our OpenAI instrumentation and the LLM proxy (`openai.chat.com
 `prompt_token_ids`...), AgentOps (`openai.chat.completion`, LangChain callback spans `chat_model.llm` /
 `llm.llm` with JSON `gen_ai.prompt`), OpenLLMetry (`openai.chat`, LangChain `ChatOpenAI.chat`, newer
 `gen_ai.input.messages`), OpenInference (`llm.input_messages.*`, `openinference.span.kind=LLM`), LiteLLM
-(`litellm_request`, `raw_gen_ai_request` with `llm.<provider>.*`) and Weave-converted operations.
+(`litellm_request`, `raw_gen_ai_request` with `llm.<provider>.*`), Weave-converted operations, and the
+official OpenTelemetry GenAI instrumentations (`chat <model>` spans with `gen_ai.operation.name`, messages
+as `gen_ai.input.messages` / `gen_ai.output.messages` or as events).
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ _LLM_KEY_PREFIXES = (
     "response_token_ids",
     "agentlightning.operation.output.prompt_token_ids",
     "agentlightning.operation.output.response_token_ids",
+    "agentlightning.gen_ai.prompt_token_ids",
+    "agentlightning.gen_ai.response_token_ids",
 )
 _PROVIDER_RAW_KEY = re.compile(r"^llm\.[A-Za-z0-9_\-]+\.(prompt_token_ids|response_token_ids|messages|choices)$")
 _LLM_KIND_ATTRIBUTES: dict[str, frozenset[str]] = {
     "openinference.span.kind": frozenset({"LLM", "llm"}),
     "agentops.span.kind": frozenset({"llm", "llm.call"}),
-    "gen_ai.operation.name": frozenset({"chat", "text_completion"}),
+    "gen_ai.operation.name": frozenset({"chat", "text_completion", "generate_content"}),
     "llm.request.type": frozenset({"chat", "completion"}),
     "gen_ai.request.type": frozenset({"chat", "completion", "responses", "messages"}),
 }

@@ -100,6 +100,8 @@ class AdaptationReport(BaseModel):
     """Spans recognised as LLM calls (by name or by their request/response attributes)."""
     n_triplets: int = 0
     n_triplets_without_token_ids: int = 0
+    n_triplets_retokenized: int = 0
+    """Triplets whose token ids were rebuilt from their messages with the policy tokenizer (`retokenize.py`)."""
     n_reward_spans: int = 0
     dropped: list[DroppedLlmCall] = Field(default_factory=list)
     unmatched_rewards: list[UnmatchedReward] = Field(default_factory=list)
@@ -139,6 +141,7 @@ class AdaptationReport(BaseModel):
             "n_llm_spans": self.n_llm_spans,
             "n_triplets": self.n_triplets,
             "n_triplets_without_token_ids": self.n_triplets_without_token_ids,
+            "n_triplets_retokenized": self.n_triplets_retokenized,
             "n_reward_spans": self.n_reward_spans,
             "n_unmatched_rewards": len(self.unmatched_rewards),
             "n_token_drift_turns": len(self.token_drift),
@@ -156,6 +159,8 @@ class AdaptationReport(BaseModel):
             parts.append(f"not kept as triplets: {counts}")
         if self.n_triplets_without_token_ids:
             parts.append(f"{self.n_triplets_without_token_ids} triplet(s) without token ids")
+        if self.n_triplets_retokenized:
+            parts.append(f"{self.n_triplets_retokenized} triplet(s) retokenized with the policy tokenizer")
         if self.unmatched_rewards:
             parts.append(f"{len(self.unmatched_rewards)} unmatched reward(s)")
         if self.token_drift:
@@ -178,7 +183,13 @@ class AdaptationReport(BaseModel):
             return
         for warning in self.warnings:
             logger.warning("%s%s", prefix, warning)
-        if self.lost_llm_calls or self.unmatched_rewards or self.token_drift or self.no_llm_spans:
+        if (
+            self.lost_llm_calls
+            or self.unmatched_rewards
+            or self.token_drift
+            or self.no_llm_spans
+            or self.n_triplets_retokenized
+        ):
             logger.info("%s%s: %s", prefix, self.adapter, self.summary())
         else:
             logger.debug("%s%s: %s", prefix, self.adapter, self.summary())

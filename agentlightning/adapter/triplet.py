@@ -11,7 +11,7 @@ import re
 from abc import abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -21,6 +21,7 @@ from .base import DUMMY_ROLLOUT_ID, TraceAdapter, normalize_spans
 from .calls import LlmCall, RewardMatchPolicy, drop_calls_without_token_ids, reward_value_of
 from .llm_call import DEFAULT_LLM_CALL_MATCH, looks_like_llm_call, response_id_of
 from .report import AdaptationReport, DroppedLlmCall, UnmatchedReward, check_token_drift
+from .retokenize import retokenize_triplets
 from .tree import TraceTree
 
 __all__ = [
@@ -75,6 +76,9 @@ class TracerTraceToTriplet(TraceToTripletBase):
             only with the default `llm_call_match`; with a custom pattern, LLM-looking spans whose name does
             not match are reported as `name_not_matched`).
         check_token_drift: report turns whose prompt ids do not extend the previous turn's ids.
+        tokenizer: the policy's Hugging Face tokenizer; calls recorded without token ids (e.g. by the
+            official OpenTelemetry GenAI instrumentations) get ids rebuilt from their messages, flagged
+            `metadata["token_ids_source"] == "retokenized"` and counted in the report (see `retokenize.py`).
     """
 
     def __init__(
@@ -88,8 +92,10 @@ class TracerTraceToTriplet(TraceToTripletBase):
         *,
         detect_llm_calls_by_attributes: Optional[bool] = None,
         check_token_drift: bool = True,
+        tokenizer: Any = None,
     ) -> None:
         super().__init__()
+        self.tokenizer = tokenizer
         self.repair_hierarchy = repair_hierarchy
         self.llm_call_match = llm_call_match
         self.agent_match = agent_match
@@ -133,6 +139,11 @@ class TracerTraceToTriplet(TraceToTripletBase):
             detect_llm_calls_by_attributes=self.detect_llm_calls_by_attributes,
             report=report,
         )
+        if self.tokenizer is not None:
+            triplets, report.n_triplets_retokenized = retokenize_triplets(triplets, self.tokenizer)
+            report.n_triplets_without_token_ids = sum(
+                1 for t in triplets if not t.prompt.get("token_ids") or not t.response.get("token_ids")
+            )
         if self.check_token_drift:
             report.token_drift = check_token_drift(triplets)
         return triplets, report

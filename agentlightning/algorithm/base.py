@@ -5,8 +5,10 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Awaitable, Optional, Union
 
+from agentlightning.tracking import NullTracker, Tracker, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ class Algorithm:
     _adapter_ref: Optional[weakref.ReferenceType[Any]] = None
     _store: Optional[LightningStore] = None
     _initial_resources: Optional[NamedResources] = None
+    _tracker: Optional[Tracker] = None
+    _owns_tracker: bool = False
 
     def is_async(self) -> bool:
         """Whether `run` is a coroutine function (the trainer awaits it) or a plain function."""
@@ -100,6 +104,38 @@ class Algorithm:
     def get_initial_resources(self) -> Optional[NamedResources]:
         """Resources given to the trainer as `initial_resources`, or None."""
         return self._initial_resources
+
+    # ---- experiment tracking ----
+
+    def set_tracker(self, tracker: Optional[Tracker]) -> None:
+        """Use `tracker` (the trainer's `tracking=`) instead of starting one from the algorithm's own setting."""
+        self._tracker, self._owns_tracker = tracker, False
+
+    def get_tracker(self) -> Tracker:
+        """Where to log metrics: the trainer's tracker, the one `start_tracking` started, or a `NullTracker`."""
+        return self._tracker if self._tracker is not None else NullTracker()
+
+    def start_tracking(
+        self,
+        spec: TrackingSpec,
+        *,
+        config: Mapping[str, Any],
+        run_name: Optional[str] = None,
+        dir: Optional[str] = None,
+    ) -> Tracker:
+        """Log `config` to the trainer's tracker, or start the backends `spec` names (None: `AGL_TRACKING`)."""
+        if self._tracker is not None:
+            self._tracker.log_config(config)
+            return self._tracker
+        self._tracker = make_tracker(spec, config=config, run_name=run_name, dir=dir)
+        self._owns_tracker = True
+        return self._tracker
+
+    def finish_tracking(self) -> None:
+        """Finish the tracker `start_tracking` started (the trainer finishes its own)."""
+        if self._owns_tracker and self._tracker is not None:
+            tracker, self._tracker, self._owns_tracker = self._tracker, None, False
+            tracker.finish()
 
     # ---- running ----
 

@@ -20,6 +20,7 @@ INJECTABLE_PARAMETERS: tuple[str, ...] = (
     "llm_proxy",
     "adapter",
     "initial_resources",
+    "tracker",
 )
 """Keyword parameters `@algo` functions may declare; each receives the trainer's component."""
 
@@ -66,6 +67,7 @@ class FunctionalAlgorithm(Algorithm):
             "llm_proxy": self.get_llm_proxy,
             "adapter": lambda: self.get_adapter() if self.has_adapter() else None,
             "initial_resources": self.get_initial_resources,
+            "tracker": self.get_tracker,
         }
         return {name: getter() for name, getter in available.items() if self._wants(name)}
 

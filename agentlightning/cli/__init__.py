@@ -30,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentlightning.cli.gateway",
         "Serve rollout-scoped model URLs and the events API for harnessed agents.",
     ),
+    "export": ("agentlightning.cli.export", "Export a store's rollouts as a token-level parquet / HF dataset."),
+    "import": ("agentlightning.cli.import_dataset", "Import a dataset written by `agl export` into a store."),
 }
 
 

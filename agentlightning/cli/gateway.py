@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "examples:\n"
             "  agl gateway --store-url http://127.0.0.1:4747 --upstream http://127.0.0.1:8000/v1\n"
+            "  agl gateway --upstream http://127.0.0.1:8000/v1 --model-name Qwen/Qwen2.5-1.5B-Instruct  # v1.0 agents\n"
             "  agl gateway --backend sqlite --path runs.db --secret $AGL_GATEWAY_SECRET"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         "None: each rollout uses its LLM resource's endpoint",
     )
     parser.add_argument("--upstream-api-key", help="bearer key sent to the upstreams")
+    parser.add_argument(
+        "--model-name",
+        help="send every call as this model, whatever the agent names (v1.0 agents send 'auto'); also the name "
+        "endpoints registered at /api/models are looked up under",
+    )
     parser.add_argument("--llm-resource", help="name of the LLM resource to use when no --upstream is given")
     parser.add_argument("--train-temperature", type=float, default=1.0, help="temperature of train calls (1.0)")
     parser.add_argument("--val-temperature", type=float, default=0.7, help="temperature of val calls (0.7)")
@@ -62,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--secret",
         default=os.environ.get("AGL_GATEWAY_SECRET"),
         help="secret attempt keys derive from (default $AGL_GATEWAY_SECRET; else a random one, printed)",
+    )
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("AGL_GATEWAY_ADMIN_KEY"),
+        help="key of /proxy/pause|resume|state, /api/models and /api/rollouts (default $AGL_GATEWAY_ADMIN_KEY, "
+        "else the secret)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
@@ -82,6 +94,7 @@ async def _serve(args: argparse.Namespace) -> None:
     config = GatewayConfig(
         upstreams=tuple(args.upstream),
         upstream_api_key=args.upstream_api_key,
+        model_name=args.model_name,
         llm_resource=args.llm_resource,
         train_temperature=args.train_temperature,
         val_temperature=args.val_temperature,
@@ -93,7 +106,15 @@ async def _serve(args: argparse.Namespace) -> None:
         print(f"agl gateway: no --secret given; using AGL_GATEWAY_SECRET={secret}", flush=True)
     store = _open_store(args)
     try:
-        gateway = Gateway(store, config, secret=secret, host=args.host, port=args.port, launch_mode="asyncio")
+        gateway = Gateway(
+            store,
+            config,
+            secret=secret,
+            admin_key=args.admin_key,
+            host=args.host,
+            port=args.port,
+            launch_mode="asyncio",
+        )
         await gateway.start()
         print(f"agl gateway serving at {gateway.endpoint} (store: {type(store).__name__})", flush=True)
         await gateway.run_forever()

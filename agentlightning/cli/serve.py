@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agl serve",
         description=(
-            "Serve a causal LM at /v1/chat/completions (OpenAI-compatible, plus vLLM-style prompt_token_ids and "
-            "per-choice token_ids). Concurrent requests are batched continuously: a request joins the running "
-            "batch at the next decode step (CUDA graphs on GPU). Needs the `train` extra, except with "
+            "Serve a causal LM at /v1/chat/completions, /v1/responses (OpenAI Responses API) and /v1/messages "
+            "(Anthropic Messages API), with vLLM-style prompt and response token ids and logprobs. Concurrent "
+            "requests are batched continuously: a request joins the running batch at the next decode step "
+            "(CUDA graphs on GPU). Needs the `train` extra, except with "
             "`--model echo`, which answers every request with its last user message (no model; for smoke tests)."
         ),
         epilog=(

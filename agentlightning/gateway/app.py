@@ -1,14 +1,18 @@
 """The gateway's ASGI app: rollout-scoped OpenAI routes in front of the model servers, and the events API.
 
 - `POST /proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{train|val}/openai/v1/chat/completions`
-  (also `/completions`, `/responses`; `GET .../models`): the call is forwarded to the rollout's pinned
-  upstream with `return_token_ids: true`, the mode's temperature (and logprobs in train mode), retried on
-  408/409/429/5xx, relayed (streamed when asked) and recorded as an LLM span of the attempt.
-- `POST /rollouts/{rollout_id}/attempt/{attempt_id}/events`: `{"event_type", "data"}` -> a reward or
-  annotation span of the attempt. Answered 201 only once the span is in the store.
+  (also `/completions`, `/responses`; `GET .../models`): the call is sent as `GatewayConfig.model_name`
+  (else the agent's model, `auto` resolved), forwarded to the rollout's pinned upstream with
+  `return_token_ids: true`, the mode's temperature (and logprobs in train mode), retried on 408/409/429/5xx,
+  relayed (streamed when asked) and recorded as an LLM span of the attempt.
+- `POST /rollouts/{rollout_id}/attempt/{attempt_id}/events` (and v1.0's `/api/rollouts/...` path):
+  `{"event_type", "data"}` -> a reward or annotation span of the attempt, answered once it is stored.
+- Operator routes (`admin.py`): `/proxy/pause|resume|state`, `/api/models`, and v1.0's rollouts REST
+  (`rest_v1.py`), all behind the admin key.
 
-Both need `Authorization: Bearer <key of the attempt>` (see `keys.attempt_key`). Unknown rollout or
-attempt -> 404, stale or ended attempt -> 409, malformed body -> 400 (OpenAI routes) / 422 (events).
+Agent routes need `Authorization: Bearer <key of the attempt>` (see `keys.attempt_key`). Unknown rollout or
+attempt -> 404, stale or ended attempt -> 409, malformed body -> 400 (OpenAI routes) / 422 (events), paused
+-> 429 with `Retry-After`.
 """
 
 from __future__ import annotations
@@ -18,39 +22,31 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Optional
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentlightning.llm_proxy.call import CallKind, ProxyCall
-from agentlightning.llm_proxy.forward import error_response, forward_call
-from agentlightning.llm_proxy.runtime import ProxyRuntime
+from agentlightning.llm_proxy.forward import ReleaseAtEnd, error_response, forward_call
 
-from .attempts import AttemptDirectory, GatewayError
-from .config import GATEWAY_MODES, GatewayConfig
+from .admin import add_admin_routes
+from .attempts import GatewayError, Upstream
+from .config import AUTO_MODEL, GATEWAY_MODES, GatewayConfig
 from .events import event_span, parse_event
 from .keys import bearer_token, key_matches
 from .responses import forward_responses_call
+from .state import GatewayState, is_admin, paused_response
 
-__all__ = ["build_gateway_app", "GatewayState", "PROXY_PREFIX", "EVENTS_PATH", "HEALTH_PATH"]
+__all__ = ["build_gateway_app", "GatewayState", "PROXY_PREFIX", "EVENTS_PATH", "V1_EVENTS_PATH", "HEALTH_PATH"]
 
 logger = logging.getLogger(__name__)
 
 PROXY_PREFIX = "/proxy/rollout/{rollout_id}/attempt/{attempt_id}/mode/{mode}/openai/v1"
 EVENTS_PATH = "/rollouts/{rollout_id}/attempt/{attempt_id}/events"
+V1_EVENTS_PATH = "/api" + EVENTS_PATH
 HEALTH_PATH = "/health"
-
-
-class GatewayState:
-    """What the app serves with: config, secret, the attempt directory and the proxy runtime (client, exporter)."""
-
-    def __init__(self, config: GatewayConfig, secret: str, directory: AttemptDirectory, runtime: ProxyRuntime) -> None:
-        self.config = config
-        self.secret = secret
-        self.directory = directory
-        self.runtime = runtime
 
 
 def _problem(status_code: int, message: str) -> JSONResponse:
@@ -101,6 +97,40 @@ def shape_request(body: dict[str, Any], kind: str, mode: str, config: GatewayCon
         body["include"] = include
 
 
+def _requested_model(body: dict[str, Any]) -> Optional[str]:
+    model = body.get("model")
+    return None if model in (None, "", AUTO_MODEL) else model
+
+
+async def _route(
+    state: GatewayState, rollout_id: str, rollout: Any, body: dict[str, Any]
+) -> tuple[Any, str, dict[str, Any]]:
+    """(deployment, model to send, span attributes) of a call: registered endpoints first, then upstreams/resource."""
+    requested = _requested_model(body)
+    if state.registry:
+        names = state.registry.names()
+        model = state.config.model_name or requested or (names[0] if len(names) == 1 else None)
+        if model is None:
+            raise GatewayError(
+                400,
+                f"the call names no model (or 'auto') and several are registered ({names}); name one, or start "
+                "the gateway with a model name (GatewayConfig.model_name / agl gateway --model-name)",
+            )
+        registered = state.registry.pick(model, rollout_id)
+        if registered is None:
+            raise GatewayError(
+                503, f"no endpoint is registered for model {model!r} (registered: {names}); POST /api/models"
+            )
+        attributes = {"agentlightning.gateway.model_version": registered.entry.version,
+                      "agentlightning.gateway.endpoint": registered.entry.endpoint}  # fmt: skip
+        return registered.router.resolve(model)[0], model, attributes
+    upstream: Upstream = await state.directory.upstream(rollout)
+    model = state.config.model_name or requested or upstream.default_model or body.get("model")
+    if not isinstance(model, str) or not model:
+        raise GatewayError(400, "the request needs a 'model' (a non-empty string)")
+    return upstream.deployment(model), model, {}
+
+
 async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
     start_time = time.time()
     mode = request.path_params["mode"]
@@ -117,39 +147,46 @@ async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
         body = _parse_object(await request.body())
     except ValueError as exc:
         return error_response(400, str(exc), error_type="invalid_request_error")
-    try:
-        upstream = await state.directory.upstream(rollout)
-    except GatewayError as exc:
-        return error_response(exc.status_code, exc.message, error_type="gateway_error")
-    model = body.get("model", upstream.default_model)
-    if not isinstance(model, str) or not model:
-        return error_response(
-            400, "the request needs a 'model' (a non-empty string)", error_type="invalid_request_error", param="model"
-        )
+    if "model" in body and not isinstance(body["model"], str):
+        return error_response(400, "'model' must be a string", error_type="invalid_request_error", param="model")
     if kind == "chat" and not isinstance(body.get("messages"), list):
         return error_response(400, "'messages' must be a list", error_type="invalid_request_error", param="messages")
     if kind == "completion" and body.get("prompt") is None:
         return error_response(400, "the request needs a 'prompt'", error_type="invalid_request_error", param="prompt")
     if kind == "responses" and body.get("input") is None:
         return error_response(400, "the request needs an 'input'", error_type="invalid_request_error", param="input")
-    body["model"] = model
-    client_body = dict(body)
-    shape_request(body, kind, mode, state.config)
-    call = ProxyCall(
-        kind="chat" if kind == "responses" else kind,  # type: ignore[arg-type]
-        client_body=client_body,
-        body=body,
-        headers=request.headers,
-        start_time=start_time,
-        rollout_id=rollout_id,
-        attempt_id=attempt_id,
-        client_stream=bool(body.get("stream")),
-        extra_attributes={"agentlightning.gateway.mode": mode},
-    )
-    deployment = upstream.deployment(model)
-    if kind == "responses":
-        return await forward_responses_call(state.runtime, call, deployment)
-    return await forward_call(state.runtime, call, [deployment])
+    try:
+        deployment, model, attributes = await _route(state, rollout_id, rollout, body)
+    except GatewayError as exc:
+        param = "model" if exc.status_code == 400 else None
+        return error_response(exc.status_code, exc.message, error_type="gateway_error", param=param)
+    if not state.gate.enter():
+        return paused_response(state.gate)
+    try:
+        if body.get("model") != model:
+            attributes["agentlightning.gateway.requested_model"] = str(body.get("model"))
+        body["model"] = model
+        client_body = dict(body)
+        shape_request(body, kind, mode, state.config)
+        call = ProxyCall(
+            kind="chat" if kind == "responses" else kind,  # type: ignore[arg-type]
+            client_body=client_body,
+            body=body,
+            headers=request.headers,
+            start_time=start_time,
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            client_stream=bool(body.get("stream")),
+            extra_attributes={"agentlightning.gateway.mode": mode, **attributes},
+        )
+        if kind == "responses":
+            response = await forward_responses_call(state.runtime, call, deployment)
+        else:
+            response = await forward_call(state.runtime, call, [deployment])
+    except BaseException:
+        state.gate.exit()
+        raise
+    return ReleaseAtEnd(response, state.gate)
 
 
 async def _models(state: GatewayState, request: Request) -> Response:
@@ -161,11 +198,13 @@ async def _models(state: GatewayState, request: Request) -> Response:
     try:
         rollout_id, attempt_id = await _authorize(state, request)
         rollout = await state.directory.check(rollout_id, attempt_id)
-        upstream = await state.directory.upstream(rollout)
+        names = [state.config.model_name] if state.config.model_name else state.registry.names()
+        upstream = None if names else await state.directory.upstream(rollout)
     except GatewayError as exc:
         return error_response(exc.status_code, exc.message, error_type="gateway_error")
-    if upstream.default_model is not None:
-        data = [{"id": upstream.default_model, "object": "model", "created": 0, "owned_by": "agentlightning"}]
+    if upstream is None or upstream.default_model is not None:
+        names = names or [str(upstream.default_model) if upstream is not None else ""]
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "agentlightning"} for name in names]
         return JSONResponse({"object": "list", "data": data})
     deployment = upstream.deployment("*")
     headers = {"Authorization": f"Bearer {deployment.api_key}"} if deployment.api_key else {}
@@ -179,9 +218,14 @@ async def _models(state: GatewayState, request: Request) -> Response:
         )
 
 
-async def _events(state: GatewayState, request: Request) -> Response:
+async def _events(state: GatewayState, request: Request, *, v1: bool = False) -> Response:
+    """Store an event as a span. On v1.0's path (`v1`) the admin key is accepted too, attempt `0` means
+    the rollout's latest attempt, and the answer is v1.0's Event (200)."""
     try:
-        rollout_id, attempt_id = await _authorize(state, request)
+        if v1:
+            rollout_id, attempt_id = await _v1_event_target(state, request)
+        else:
+            rollout_id, attempt_id = await _authorize(state, request)
     except GatewayError as exc:
         return _problem(exc.status_code, exc.message)
     try:
@@ -197,16 +241,24 @@ async def _events(state: GatewayState, request: Request) -> Response:
     stored = await store.add_many_spans([span])
     if len(stored) == 1:
         span = stored[0]
-    return JSONResponse(
-        {
-            "rollout_id": rollout_id,
-            "attempt_id": attempt_id,
-            "event_type": event.event_type,
-            "span_id": span.span_id,
-            "sequence_id": span.sequence_id,
-        },
-        status_code=201,
-    )
+    answer: dict[str, Any] = {"rollout_id": rollout_id, "attempt_id": attempt_id, "event_type": event.event_type}
+    answer.update({"span_id": span.span_id, "sequence_id": span.sequence_id})
+    if v1:
+        answer.update({"timestamp": span.start_time, "data": event.data})
+    return JSONResponse(answer, status_code=200 if v1 else 201)
+
+
+async def _v1_event_target(state: GatewayState, request: Request) -> tuple[str, str]:
+    rollout_id = request.path_params["rollout_id"]
+    attempt_id = request.path_params["attempt_id"]
+    if not is_admin(state, request.headers):
+        return await _authorize(state, request)
+    if attempt_id == "0":
+        latest = await state.directory.store.get_latest_attempt(rollout_id)
+        if latest is None:
+            raise GatewayError(404, f"Rollout not found: {rollout_id}")
+        attempt_id = latest.attempt_id
+    return rollout_id, attempt_id
 
 
 def build_gateway_app(state: GatewayState) -> FastAPI:
@@ -234,6 +286,9 @@ def build_gateway_app(state: GatewayState) -> FastAPI:
     async def events(request: Request) -> Response:
         return await _events(state, request)
 
+    async def v1_events(request: Request) -> Response:
+        return await _events(state, request, v1=True)
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -243,6 +298,8 @@ def build_gateway_app(state: GatewayState) -> FastAPI:
     app.add_route(PROXY_PREFIX + "/responses", proxy_route("responses"), methods=["POST"])
     app.add_route(PROXY_PREFIX + "/models", models, methods=["GET"])
     app.add_route(EVENTS_PATH, events, methods=["POST"])
+    app.add_route(V1_EVENTS_PATH, v1_events, methods=["POST"])
+    add_admin_routes(app, state)
 
     @app.exception_handler(Exception)
     async def unhandled(request: Request, exc: Exception) -> Response:  # pyright: ignore[reportUnusedFunction]

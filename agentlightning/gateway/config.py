@@ -7,10 +7,13 @@ from typing import Optional
 
 from agentlightning.llm_proxy.forward import RETRYABLE_STATUS_CODES
 
-__all__ = ["GatewayConfig", "GATEWAY_RETRY_STATUS_CODES", "GATEWAY_MODES"]
+__all__ = ["GatewayConfig", "GATEWAY_RETRY_STATUS_CODES", "GATEWAY_MODES", "AUTO_MODEL"]
 
 GATEWAY_MODES = ("train", "val")
 """Modes a rollout-scoped URL can name; `train` asks for logprobs and samples at the train temperature."""
+
+AUTO_MODEL = "auto"
+"""The model name v1.0-style agents send: "whatever the gateway serves"."""
 
 GATEWAY_RETRY_STATUS_CODES = frozenset(RETRYABLE_STATUS_CODES | {409} | set(range(500, 600)))
 """Upstream answers retried with backoff: 408, 409, 429 and every 5xx."""
@@ -25,6 +28,10 @@ class GatewayConfig:
             model server. A rollout is pinned to one of them by a hash of its id. Empty: each rollout
             goes to the endpoint of the `LLM` resource it runs with (`llm_resource`, or the first one).
         upstream_api_key: bearer key sent upstream (None: the LLM resource's `api_key`, if any).
+        model_name: the model every call is sent upstream as, replacing whatever the agent names (v1.0's
+            agents all send `auto`); also the name registered endpoints are looked up under. None: the
+            agent's model, except that `auto` (or no model) becomes the rollout's LLM resource model, or
+            the only model registered at `/api/models`.
         llm_resource: name of the resource to read the endpoint from when `upstreams` is empty.
         train_temperature / val_temperature: temperature forced on every call of that mode (None leaves
             the agent's choice).
@@ -37,6 +44,7 @@ class GatewayConfig:
 
     upstreams: tuple[str, ...] = ()
     upstream_api_key: Optional[str] = None
+    model_name: Optional[str] = None
     llm_resource: Optional[str] = None
     train_temperature: Optional[float] = 1.0
     val_temperature: Optional[float] = 0.7
@@ -54,6 +62,8 @@ class GatewayConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ValueError(f"{name} must be None or a number >= 0, got {value!r}")
+        if self.model_name is not None and (not isinstance(self.model_name, str) or not self.model_name.strip()):
+            raise ValueError(f"model_name must be None or a non-empty string, got {self.model_name!r}")
         if self.num_retries < 0:
             raise ValueError(f"num_retries must be >= 0, got {self.num_retries}")
         if self.request_timeout <= 0:

@@ -15,23 +15,29 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from agentlightning.llm_proxy.models import ModelRouter
 from agentlightning.llm_proxy.runtime import ProxyRuntime
+from agentlightning.utils.pause import PauseGate
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
 
-from .app import EVENTS_PATH, HEALTH_PATH, PROXY_PREFIX, GatewayState, build_gateway_app
+from .app import EVENTS_PATH, HEALTH_PATH, PROXY_PREFIX, build_gateway_app
 from .attempts import AttemptDirectory
 from .config import GATEWAY_MODES, GatewayConfig
 from .keys import attempt_key, new_secret
+from .models import ModelEndpoint, ModelRegistry
 from .recording import GatewaySpanRecorder
+from .state import GatewayState
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
 
-__all__ = ["Gateway", "GATEWAY_SECRET_ENV"]
+__all__ = ["Gateway", "GATEWAY_SECRET_ENV", "GATEWAY_ADMIN_KEY_ENV"]
 
 logger = logging.getLogger(__name__)
 
 GATEWAY_SECRET_ENV = "AGL_GATEWAY_SECRET"
 """Environment variable holding the secret attempt keys derive from (random per gateway when unset)."""
+
+GATEWAY_ADMIN_KEY_ENV = "AGL_GATEWAY_ADMIN_KEY"
+"""Environment variable holding the key of the operator routes (default: the secret itself)."""
 
 GatewayLaunchMode = Literal["thread", "asyncio"]
 
@@ -43,6 +49,8 @@ class Gateway:
         store: where spans go; any backend (in `thread` mode it is called from the gateway's thread).
         config: upstreams and per-mode request policy (`GatewayConfig()` by default).
         secret: signs attempt keys; default `$AGL_GATEWAY_SECRET`, else a random one.
+        admin_key: key of the operator routes (`/proxy/pause|resume|state`, `/api/models`, `/api/rollouts`);
+            default `$AGL_GATEWAY_ADMIN_KEY`, else `secret`.
         host / port: where to listen (127.0.0.1, a free port).
         access_host: host put in URLs handed to agents (default: `host`, or 127.0.0.1 for 0.0.0.0).
         launch_mode: `thread` (own event loop in a background thread) or `asyncio` (the caller's loop).
@@ -54,6 +62,7 @@ class Gateway:
         config: Optional[GatewayConfig] = None,
         *,
         secret: Optional[str] = None,
+        admin_key: Optional[str] = None,
         host: Optional[str] = None,
         port: Optional[int] = None,
         access_host: Optional[str] = None,
@@ -64,6 +73,11 @@ class Gateway:
         self.store = store
         self.config = config or GatewayConfig()
         self.secret = secret or os.environ.get(GATEWAY_SECRET_ENV) or new_secret()
+        self.admin_key = admin_key or os.environ.get(GATEWAY_ADMIN_KEY_ENV) or self.secret
+        self.gate = PauseGate(5.0)
+        """New calls are held (429 + Retry-After) while paused; see `pause` and `link_pause`."""
+        self.registry = ModelRegistry(self.config.upstream_api_key)
+        """Endpoints registered at `/api/models` (or with `register_models`)."""
         self.host = host or "127.0.0.1"
         self.port = port
         self.access_host = access_host
@@ -81,7 +95,15 @@ class Gateway:
             request_timeout=self.config.request_timeout,
             retry_status_codes=self.config.retry_status_codes,
         )
-        return GatewayState(self.config, self.secret, self.directory, runtime)
+        return GatewayState(
+            self.config,
+            self.secret,
+            self.directory,
+            runtime,
+            admin_key=self.admin_key,
+            registry=self.registry,
+            gate=self.gate,
+        )
 
     async def start(self) -> None:
         """Start serving; returns once the gateway answers its health check."""
@@ -116,6 +138,28 @@ class Gateway:
 
     def is_running(self) -> bool:
         return self._launcher is not None and self._launcher.is_running()
+
+    # ---- operator side (also over HTTP, see admin.py) ----
+
+    def pause(self, reason: Optional[str] = None, retry_after_seconds: Optional[float] = None) -> None:
+        """Hold new model calls (429 + `Retry-After`) until `resume()`; admitted calls finish."""
+        self.gate.pause(reason, retry_after_seconds)
+
+    def resume(self) -> None:
+        self.gate.resume()
+
+    def drain(self, timeout: Optional[float] = None) -> float:
+        """Wait until no admitted model call is running; returns the seconds waited."""
+        return self.gate.drain(timeout)
+
+    def link_pause(self, gate: PauseGate) -> None:
+        """Pause together with another gate, e.g. `gateway.link_pause(policy_server.gate)`: the policy
+        server's weight swap then holds the gateway's new calls, and `POST /proxy/pause` holds the server."""
+        self.gate.link(gate)
+
+    def register_models(self, endpoints: list[ModelEndpoint]) -> None:
+        """Route calls to these endpoints (like `POST /api/models`)."""
+        self.registry.register(endpoints)
 
     # ---- what agents are handed ----
 

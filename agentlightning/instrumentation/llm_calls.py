@@ -23,6 +23,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from agentlightning.types import Attributes
+from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled
 from agentlightning.utils.otel import format_exception_attributes
 
 __all__ = [
@@ -82,6 +83,11 @@ class CallFormat:
     return True, or return False when `result` is not a stream of that client."""
 
 
+def _with_latest_names(attributes: Attributes) -> Attributes:
+    """The v0.3 attributes, plus today's GenAI names when `OTEL_SEMCONV_STABILITY_OPT_IN` asks for them."""
+    return {**attributes, **latest_genai_attributes(attributes)} if latest_genai_enabled() else attributes
+
+
 class _LLMCall:
     """The span of one LLM API call; ends exactly once."""
 
@@ -98,7 +104,7 @@ class _LLMCall:
             span = _tracer().start_span(call_format.span_name, kind=trace_api.SpanKind.CLIENT)
             self.span, self.owned = span, True
         if self.span.is_recording():
-            self.span.set_attributes(call_format.request_attributes(request))
+            self.span.set_attributes(_with_latest_names(call_format.request_attributes(request)))
 
     def finish(self, response: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
         with self._lock:
@@ -108,7 +114,7 @@ class _LLMCall:
         try:
             if self.span.is_recording():
                 if response is not None:
-                    self.span.set_attributes(self.format.response_attributes(response))
+                    self.span.set_attributes(_with_latest_names(self.format.response_attributes(response)))
                 if error is not None:
                     self.span.set_attributes(format_exception_attributes(error))
                     self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))

@@ -84,6 +84,14 @@ def _check_env_name(name: Any, where: str) -> str:
     return name
 
 
+def _looks_like_class_target(word: str) -> bool:
+    """`file.py:Class` or `pkg.mod:Class`: an `agent_class` target, not a program to run."""
+    where, sep, name = word.rpartition(":")
+    if not sep or not where or not name.isidentifier() or "/" in name:
+        return False
+    return where.endswith(".py") or all(part.isidentifier() for part in where.split("."))
+
+
 def _env_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
@@ -93,7 +101,8 @@ class ProcessAgent(LitAgent[Any]):
 
     Args:
         command: the program, as a string (split like a shell would) or an argument list, e.g.
-            `["node", "agent.mjs"]`. Exactly one of `command` / `agent_class`.
+            `["node", "agent.mjs"]`. Exactly one of `command` / `agent_class`. A lone `file.py:Class` or
+            `pkg.mod:Class` is refused here (it names a class: pass it as `agent_class`).
         agent_class: `"package.module:Class"` or `"path/to/file.py:Class"`; a fresh Python (`python`)
             instantiates it and awaits its `run()` (a returned number is posted as the reward).
         env_map: `{ENV_NAME: task_field}`; the task must then be a mapping holding those fields. Strings
@@ -138,6 +147,11 @@ class ProcessAgent(LitAgent[Any]):
             argv = shlex.split(command) if isinstance(command, str) else list(command)
             if not argv or not all(isinstance(part, str) and part for part in argv):
                 raise ValueError(f"command must be a non-empty string or list of non-empty strings, got {command!r}")
+            if len(argv) == 1 and _looks_like_class_target(argv[0]):
+                raise ValueError(
+                    f"ProcessAgent({command!r}) would run {argv[0]!r} as a program; for a Python class use "
+                    f"ProcessAgent(agent_class={argv[0]!r})"
+                )
         else:
             assert agent_class is not None
             from agentlightning._process_entry import split_target

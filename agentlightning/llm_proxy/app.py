@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .call import CallKind, ProxyCall
-from .forward import error_response, forward_call
+from .forward import ReleaseAtEnd, error_response, forward_call
 from .models import WILDCARD, UnknownModelError
 from .runtime import ProxyRuntime
 from .spans import parse_traceparent
@@ -94,7 +94,20 @@ async def _handle_call(runtime: ProxyRuntime, request: Request, client_api: Clie
     if call.convert_stream:
         call.body["stream"] = False
         call.body.pop("stream_options", None)
-    return await forward_call(runtime, call, deployments)
+    gate = runtime.gate
+    if gate is None:
+        return await forward_call(runtime, call, deployments)
+    if not await gate.enter_when_open(runtime.hold_timeout):
+        message = f"the proxy has been paused for {runtime.hold_timeout:g} s ({gate.reason or 'weights changing'})"
+        response = client_error_response(client_api, 429, message, error_type="rate_limit_error")
+        response.headers["Retry-After"] = gate.retry_after_header()
+        return response
+    try:
+        answer = await forward_call(runtime, call, deployments)
+    except BaseException:
+        gate.exit()
+        raise
+    return ReleaseAtEnd(answer, gate)
 
 
 def build_proxy_app(runtime: ProxyRuntime) -> FastAPI:

@@ -18,13 +18,15 @@ import aiohttp
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from agentlightning.utils.pause import PauseGate
+
 from .call import ENDPOINT_OF_KIND, ProxyCall
 from .models import Deployment
 from .runtime import ProxyRuntime
 from .streaming import SSEResponseRecorder, response_to_sse_events
 from .translation import StreamTranslator, chat_response_to_client, client_error_response
 
-__all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES"]
+__all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES", "ReleaseAtEnd"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,22 @@ def error_response(status_code: int, message: str, *, error_type: str, param: Op
         {"error": {"message": message, "type": error_type, "param": param, "code": status_code}},
         status_code=status_code,
     )
+
+
+class ReleaseAtEnd(Response):
+    """Wraps a response (streamed ones included) so a pause gate counts the call until its last byte."""
+
+    def __init__(self, inner: Response, gate: PauseGate) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.status_code = inner.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.gate.exit()
 
 
 class BackendUnavailable(Exception):

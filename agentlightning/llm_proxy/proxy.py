@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from agentlightning.types import LLM, ProxyLLM
+from agentlightning.utils.pause import PauseGate
 from agentlightning.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
 from .app import HEALTH_PATH, build_proxy_app
@@ -119,6 +120,10 @@ class LLMProxy:
         self.middlewares = resolve_middlewares(middlewares)
         self.callbacks = resolve_callbacks(callbacks)
         self._store = store
+        self.gate = PauseGate(1.0)
+        """While paused, new calls wait (up to the request timeout) instead of reaching the backends; the
+        VERL trainer pauses it while its vLLM replicas sleep. Only in `thread`/`asyncio` launch modes (an
+        `mp` proxy serves from another process)."""
         self._runtime: Optional[ProxyRuntime] = None
         self._launcher: Optional[PythonServerLauncher] = None
         self._bound_port: Optional[int] = None
@@ -270,6 +275,8 @@ class LLMProxy:
             num_retries=self.num_retries,
             request_timeout=self.request_timeout,
             litellm_settings=self.litellm_module_settings,
+            gate=self.gate if self.launch_mode != "mp" else None,
+            hold_timeout=self.request_timeout,
         )
         return self._runtime
 

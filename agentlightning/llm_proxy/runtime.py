@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import aiohttp
 
+from agentlightning.utils.pause import PauseGate
+
 from .call import ProxyCall
 from .callbacks import ProxyCallback
 from .exporter import LightningSpanExporter
@@ -56,6 +58,8 @@ class ProxyRuntime:
         max_connections: int = 1024,
         retry_status_codes: Optional[Collection[int]] = None,
         litellm_settings: Optional[Mapping[str, Any]] = None,
+        gate: Optional[PauseGate] = None,
+        hold_timeout: float = 600.0,
     ) -> None:
         if num_retries < 0:
             raise ValueError(f"num_retries must be >= 0, got {num_retries}")
@@ -69,6 +73,9 @@ class ProxyRuntime:
         # Backend statuses worth another attempt (None: the proxy's default, `forward.RETRYABLE_STATUS_CODES`).
         self.retry_status_codes = frozenset(retry_status_codes) if retry_status_codes is not None else None
         self.litellm_settings = dict(litellm_settings or {})
+        # While `gate` is paused (weights changing), new calls wait up to `hold_timeout` s before a 429.
+        self.gate = gate
+        self.hold_timeout = hold_timeout
         self.client: Optional[aiohttp.ClientSession] = None
         self.exporter: Optional[LightningSpanExporter] = None
         self._background: set[asyncio.Future[Any]] = set()

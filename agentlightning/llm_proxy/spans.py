@@ -11,6 +11,7 @@ from typing import Any, Optional
 from agentlightning.instrumentation.openai import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
 from agentlightning.semconv import LightningResourceAttributes
 from agentlightning.types import Attributes, OtelResource, Span, TraceStatus
+from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled
 
 from .call import ProxyCall
 
@@ -96,6 +97,8 @@ def build_call_span(call: ProxyCall, sequence_id: int) -> Span:
     attributes["gen_ai.request.model"] = call.model
     attributes.update(_proxy_attributes(call))
     attributes.update(call.extra_attributes)
+    if latest_genai_enabled():
+        attributes.update(latest_genai_attributes(attributes))
     if call.error is not None:
         attributes["error.type"] = f"http_{call.status_code}" if call.status_code else "proxy_error"
         attributes["error.message"] = call.error

@@ -54,6 +54,9 @@ class _Row:
     version: int
     token_ids: List[int] = field(default_factory=lambda: [])
     logprobs: List[float] = field(default_factory=lambda: [])
+    in_flight: int = 0
+    """Tokens of a launched decode step not yet landed (0 or 1)."""
+    done: bool = False
 
     @property
     def adapter(self) -> Optional[str]:
@@ -63,6 +66,19 @@ class _Row:
     def next_position(self) -> int:
         """Where the last sampled token is written when it is fed back."""
         return len(self.stream.prompt_ids) + len(self.token_ids) - 1
+
+    @property
+    def wants_more(self) -> bool:
+        """Whether another decode step may still produce a token this row keeps."""
+        return not self.done and len(self.token_ids) + self.in_flight < self.stream.params.max_tokens
+
+
+@dataclass
+class _Launched:
+    """A decode step on its way: the rows it serves (with their slots then) and its tokens' host copy."""
+
+    rows: List[tuple[_Row, int]]
+    tokens: Any
 
 
 class PolicyEngine:
@@ -76,6 +92,8 @@ class PolicyEngine:
         prefix_cache_entries: token prefixes whose KV cache is kept for reuse (0 turns reuse off).
         adapters: LoRA adapters of a peft model that requests may select.
         cuda_graphs: replay decode steps as CUDA graphs (default: on CUDA).
+        compile: `torch.compile` the model for decode steps (fuses kernels: fewer, faster graph nodes; the
+            first steps compile, tens of seconds). The served model must not be trained in this process.
         max_prefill_tokens: padded prompt tokens per prefill pass (longer admissions are split).
     """
 
@@ -91,6 +109,7 @@ class PolicyEngine:
         prefix_cache_entries: int = 16,
         adapters: Sequence[str] = (),
         cuda_graphs: Optional[bool] = None,
+        compile: bool = False,
         max_prefill_tokens: int = 8192,
     ) -> None:
         from .adapters import check_adapters
@@ -109,6 +128,8 @@ class PolicyEngine:
         self.adapters = check_adapters(model, adapters)
         """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self.cuda_graphs = cuda_graphs
+        self.compile = compile
+        self._launched: Optional[_Launched] = None
         self.max_prefill_tokens = max_prefill_tokens
         self._rng = random.Random(seed)
         self._weights_lock = threading.RLock()
@@ -164,7 +185,11 @@ class PolicyEngine:
 
             context = self.max_context or 4096
             self._slots = SlotModel(
-                self.model, slots=self.max_batch_size, max_context=context, cuda_graphs=self.cuda_graphs
+                self.model,
+                slots=self.max_batch_size,
+                max_context=context,
+                cuda_graphs=self.cuda_graphs,
+                compile=self.compile,
             )
             self._sampling = SlotSampling(self.max_batch_size + 1, self._slots.vocab_size, self._slots.device)
         return self._slots
@@ -287,7 +312,9 @@ class PolicyEngine:
                 with self._weights_lock, torch.inference_mode(), self._eval_mode():
                     self._drop_cancelled(outbox)
                     self._admit(outbox)
-                    self._step(outbox)
+                    launched = self._launch()
+                    self._land(outbox)
+                    self._launched = launched
                 outbox.flush()
         except Exception as exc:  # a broken model or device: fail what runs rather than hang it
             logger.exception("The policy engine stopped")
@@ -300,7 +327,7 @@ class PolicyEngine:
         import time
 
         items: List[Any] = []
-        if not self._rows and not self._waiting:
+        if not self._rows and not self._waiting and self._launched is None:
             items.append(self._queue.get())
             deadline = time.monotonic() + self.batch_window_s
             rows = getattr(items[0], "n", 0)
@@ -332,6 +359,7 @@ class PolicyEngine:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._weights_lock:
+            self._launched = None
             streams = {id(row.stream): row.stream for row in self._rows.values()}
             for row in list(self._rows.values()):
                 self._release(row)
@@ -352,6 +380,7 @@ class PolicyEngine:
 
     def _release(self, row: _Row) -> None:
         assert self._sampling is not None
+        row.done = True
         del self._rows[row.slot]
         self._sampling.release(row.slot)
         heapq.heappush(self._free, row.slot)
@@ -479,7 +508,7 @@ class PolicyEngine:
                 break
             dst = heapq.heappop(self._free)
             row = self._rows.pop(slot)
-            slots.move(slot, dst, row.next_position + 1)
+            slots.move(slot, dst, row.next_position + row.in_flight + 1)
             sampling.move(slot, dst)
             row.slot = dst
             self._rows[dst] = row
@@ -487,28 +516,45 @@ class PolicyEngine:
 
     # Decoding ----------------------------------------------------------------------------------------
 
-    def _step(self, outbox: Outbox) -> None:
-        """One decode step for the running sequences of one adapter (the adapters take turns)."""
-        if not self._rows:
-            return
+    def _launch(self) -> Optional[_Launched]:
+        """Start one decode step for the running sequences of one adapter (the adapters take turns).
+
+        On CUDA the step runs while the host lands the previous one: a sequence that ended there may take
+        part in this step too, and its extra token is dropped when this step lands.
+        """
         slots, sampling = self.slot_model, self._sampling
         assert sampling is not None
-        adapters = sorted({row.adapter for row in self._rows.values()}, key=lambda a: (a is not None, a or ""))
+        rows = [row for row in self._rows.values() if row.wants_more]
+        if not rows:
+            return None
+        adapters = sorted({row.adapter for row in rows}, key=lambda a: (a is not None, a or ""))
         adapter = adapters[self._turn % len(adapters)]
         self._turn += 1
-        rows = [row for row in self._rows.values() if row.adapter == adapter]
+        rows = [row for row in rows if row.adapter == adapter]
         batch = slots.batch_bucket(max(row.slot for row in rows) + 1)
-        kv_len = slots.kv_bucket(max(row.next_position for row in rows) + 1)
+        kv_len = slots.kv_bucket(max(row.next_position + row.in_flight for row in rows) + 1)
         active = tuple(sorted(row.slot for row in rows))
         if active != self._active_key:
             slots.set_active(active)
             self._active_key = active
         mode = SamplingMode.of(sampling.params[:batch])
         with self._adapter(adapter):
-            sampled = slots.decode_step(batch, kv_len, sampling, mode, key=adapter).to_host()
+            tokens = slots.decode_step(batch, kv_len, sampling, mode, key=adapter).copy_to_host()
         self.steps_run += 1
         for row in rows:
-            self._emit(row, sampled.step(row.slot, row.stream.params.top_logprobs), outbox)
+            row.in_flight += 1
+        return _Launched([(row, row.slot) for row in rows], tokens)
+
+    def _land(self, outbox: Outbox) -> None:
+        """Hand out the tokens of the step launched before (waits for it when it still runs)."""
+        launched, self._launched = self._launched, None
+        if launched is None:
+            return
+        sampled = launched.tokens.wait()
+        for row, slot in launched.rows:
+            row.in_flight -= 1
+            if not row.done:
+                self._emit(row, sampled.step(slot, row.stream.params.top_logprobs), outbox)
 
     def _emit(self, row: _Row, step: TokenStep, outbox: Outbox) -> None:
         """Record a sampled token, send its delta, and end the row when it is done."""

@@ -228,10 +228,39 @@ class DeviceTokens:
     top_indices: Optional[torch.Tensor] = None
 
     def to_host(self) -> SampledTokens:
-        ids, logprobs = self.packed.tolist()
-        top = None
-        if self.top_values is not None and self.top_indices is not None:
-            top = (self.top_values.tolist(), self.top_indices.tolist())
+        return self.copy_to_host().wait()
+
+    def copy_to_host(self) -> HostCopy:
+        """Start copying to the host without waiting (on CUDA); `wait()` on the result gives the tokens.
+
+        The copy is taken before the next step overwrites these (CUDA-graph static) outputs.
+        """
+        import torch
+
+        on_cuda = self.packed.is_cuda
+        tensors = [t for t in (self.packed, self.top_values, self.top_indices) if t is not None]
+        copies = [torch.empty(t.shape, dtype=t.dtype, pin_memory=on_cuda) for t in tensors]
+        for copy, tensor in zip(copies, tensors, strict=True):
+            copy.copy_(tensor, non_blocking=on_cuda)
+        event = None
+        if on_cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return HostCopy(copies, event)
+
+
+@dataclass
+class HostCopy:
+    """Sampled tokens on their way to the host (see `DeviceTokens.copy_to_host`)."""
+
+    tensors: List[torch.Tensor]
+    event: Any = None
+
+    def wait(self) -> SampledTokens:
+        if self.event is not None:
+            self.event.synchronize()
+        ids, logprobs = self.tensors[0].tolist()
+        top = (self.tensors[1].tolist(), self.tensors[2].tolist()) if len(self.tensors) == 3 else None
         return SampledTokens([int(i) for i in ids], logprobs, top)
 
 

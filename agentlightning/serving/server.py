@@ -1,6 +1,7 @@
 """`PolicyServer`: an OpenAI-compatible chat-completions server over a `PolicyEngine`.
 
-Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `GET /v1/models`, `GET /health`
+Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `POST /v1/responses` and
+`POST /v1/messages` (`apis.py`), `GET /v1/models`, `GET /health`
 (also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
 
@@ -18,15 +19,19 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-import math
-import threading
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..types.resources import LLM
-from .adapters import UnknownAdapterError, adapter_model_name, resolve_adapter
-from .chat import TOOL_CALL_OPEN, parse_tool_calls, render_chat_prompt
-from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
+from ..utils.pause import PauseGate
+from .adapters import UnknownAdapterError, adapter_model_name
+from .apis import add_api_routes
+from .chat import TOOL_CALL_OPEN, parse_tool_calls
+from .completions import complete_chat as _complete
+from .completions import submit_chat
+from .completions import usage as _usage
+from .completions import wants_token_ids as _wants_token_ids
+from .engine import CompletionStream, PolicyEngine, SequenceDelta
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
 
 if TYPE_CHECKING:
@@ -88,12 +93,8 @@ class PolicyServer:
         self._requested_port = port or None
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
-        self.retry_after_s = retry_after_s
-        self._paused = False
-        self._in_flight = 0
-        self._idle = threading.Condition()
-        self.rejected_while_paused = 0
-        """Chat requests answered 429 because the server was paused."""
+        self.gate = PauseGate(retry_after_s)
+        """Pause flag and in-flight count of model requests (link a gateway's gate to hold its calls too)."""
         self.drain_times_s: List[float] = []
         """How long each `swap_weights` waited for running requests to finish."""
         self.weight_sync_ms: List[float] = []
@@ -193,38 +194,37 @@ class PolicyServer:
         return self.engine.weights_version
 
     @property
+    def retry_after_s(self) -> float:
+        return self.gate.retry_after_seconds
+
+    @property
     def paused(self) -> bool:
-        return self._paused
+        return self.gate.paused
 
     @property
     def in_flight(self) -> int:
-        """Chat requests being answered right now."""
-        return self._in_flight
+        """Model requests being answered right now."""
+        return self.gate.inflight
+
+    @property
+    def rejected_while_paused(self) -> int:
+        """Model requests answered 429 because the server was paused."""
+        return self.gate.rejected
 
     def pause(self) -> None:
-        """Answer new chat requests with 429 + `Retry-After` until `resume()`; running ones continue."""
-        with self._idle:
-            self._paused = True
+        """Answer new model requests with 429 + `Retry-After` until `resume()`; running ones continue."""
+        self.gate.pause("swapping weights")
 
     def resume(self) -> None:
-        with self._idle:
-            self._paused = False
+        self.gate.resume()
 
     def drain(self, timeout: Optional[float] = None) -> float:
-        """Wait until no chat request is running; returns the seconds waited.
+        """Wait until no model request is running; returns the seconds waited.
 
         Raises:
             TimeoutError: requests were still running after `timeout` seconds.
         """
-        started = time.perf_counter()
-        deadline = math.inf if timeout is None else started + timeout
-        with self._idle:
-            while self._in_flight > 0:
-                remaining = deadline - time.perf_counter()
-                if remaining <= 0:
-                    raise TimeoutError(f"{self._in_flight} request(s) still running after {timeout} s")
-                self._idle.wait(min(remaining, 1.0))
-        return time.perf_counter() - started
+        return self.gate.drain(timeout)
 
     def swap_weights(
         self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]], *, drain_timeout: Optional[float] = None
@@ -238,19 +238,11 @@ class PolicyServer:
             self.resume()
 
     def _enter(self) -> bool:
-        """Count a new chat request in, unless paused (then the caller answers 429)."""
-        with self._idle:
-            if self._paused:
-                self.rejected_while_paused += 1
-                return False
-            self._in_flight += 1
-            return True
+        """Count a new model request in, unless paused (then the caller answers 429)."""
+        return self.gate.enter()
 
     def _exit(self) -> None:
-        with self._idle:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.notify_all()
+        self.gate.exit()
 
     @property
     def adapters(self) -> List[str]:
@@ -328,16 +320,10 @@ def _build_app(server: PolicyServer) -> FastAPI:
                 server._exit()  # type: ignore[reportPrivateUsage]
 
     async def _answer(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:
-        engine = server.engine
         try:
-            adapter = resolve_adapter(body.model, server.model_name, engine.adapters)
+            stream = submit_chat(server, body)
         except UnknownAdapterError as exc:
             return JSONResponse(status_code=404, content=openai_error(str(exc), param="model"))
-        try:
-            prompt_ids = render_chat_prompt(
-                engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {})
-            )
-            stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
         except ValueError as exc:
             return JSONResponse(status_code=400, content=openai_error(str(exc)))
         except Exception as exc:  # template errors and the like must not kill the server
@@ -352,6 +338,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
             return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
         return JSONResponse(content=content)
 
+    add_api_routes(app, server)
     return app
 
 
@@ -362,59 +349,6 @@ async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIte
             yield chunk
     finally:
         server._exit()  # type: ignore[reportPrivateUsage]
-
-
-def _wants_token_ids(body: ChatCompletionRequest) -> bool:
-    return body.return_token_ids is not False
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-async def _complete(server: PolicyServer, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:
-    tokenizer = server.engine.tokenizer
-    tops: Dict[int, List[List[tuple[int, float]]]] = {i: [] for i in range(stream.n)}
-    ends: List[SequenceEnd] = []
-    async for event in stream:
-        if isinstance(event, SequenceDelta):
-            tops[event.index].append(event.top_logprobs)
-        else:
-            ends.append(event)
-    choices: List[Dict[str, Any]] = []
-    for end in sorted(ends, key=lambda e: e.index):
-        content, tool_calls = parse_tool_calls(end.text) if body.prompt_tools() else (end.text, [])
-        message: Dict[str, Any] = {"role": "assistant", "content": content}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-        choice: Dict[str, Any] = {
-            "index": end.index,
-            "message": message,
-            "finish_reason": "tool_calls" if tool_calls else end.finish_reason,
-            "logprobs": None,
-        }
-        if body.logprobs or server.always_logprobs:
-            entries = logprobs_content(tokenizer, end.token_ids, end.logprobs, tops[end.index])
-            choice["logprobs"] = {"content": entries, "refusal": None}
-        if _wants_token_ids(body):
-            choice["token_ids"] = end.token_ids
-        choices.append(choice)
-    response: Dict[str, Any] = {
-        "id": new_completion_id(),
-        "object": "chat.completion",
-        "created": now(),
-        "model": adapter_model_name(server.model_name, stream.adapter),
-        "system_fingerprint": f"weights-v{ends[0].weights_version}" if ends else None,
-        "choices": choices,
-        "usage": _usage(len(stream.prompt_ids), sum(len(e.token_ids) for e in ends)),
-    }
-    if _wants_token_ids(body):
-        response["prompt_token_ids"] = stream.prompt_ids
-    return response
 
 
 class _ToolTextGate:

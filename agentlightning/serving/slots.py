@@ -82,7 +82,9 @@ class SlotKVCache:
     ) -> None:
         import torch
 
-        self.buffer = torch.zeros((layers, 2, slots, kv_heads, capacity, head_dim), dtype=dtype, device=device)
+        # One position more than `capacity`: a key length never spans the whole buffer, so a compiled step
+        # never specialises on the two being equal.
+        self.buffer = torch.zeros((layers, 2, slots, kv_heads, capacity + 1, head_dim), dtype=dtype, device=device)
         self._rows = torch.arange(slots, device=device).view(slots, 1, 1)
         self._heads = torch.arange(kv_heads, device=device).view(1, kv_heads, 1)
         self._slots: Optional[torch.Tensor] = None
@@ -91,7 +93,7 @@ class SlotKVCache:
 
     @property
     def capacity(self) -> int:
-        return self.buffer.shape[4]
+        return self.buffer.shape[4] - 1
 
     @property
     def slots(self) -> int:
@@ -140,9 +142,10 @@ class SlotKVCache:
         if capacity <= self.capacity:
             return
         shape = list(self.buffer.shape)
-        shape[4] = capacity
-        grown = torch.zeros(shape, dtype=self.buffer.dtype, device=self.buffer.device)
-        grown[:, :, :, :, : self.capacity] = self.buffer
+        shape[4] = capacity + 1
+        with torch.inference_mode(False):  # a normal tensor, like the first one (a compiled step would recompile)
+            grown = torch.zeros(shape, dtype=self.buffer.dtype, device=self.buffer.device)
+            grown[:, :, :, :, : self.buffer.shape[4]] = self.buffer
         self.buffer = grown
 
 
@@ -176,6 +179,7 @@ class SlotModel:
         bucketed: Optional[bool] = None,
         initial_capacity: int = 256,
         max_graph_prefill_tokens: int = 4096,
+        compile: bool = False,
     ) -> None:
         import torch
 
@@ -210,6 +214,9 @@ class SlotModel:
         self._pool: Any = None
         self._weights_fingerprint = self._fingerprint()
         self.graphs_captured = 0
+        self._compiled: Optional[Callable[..., torch.Tensor]] = None
+        if compile:
+            self._compiled = torch.compile(self._call_model, dynamic=True)
 
     # Shapes -------------------------------------------------------------------------------------------
 
@@ -232,21 +239,38 @@ class SlotModel:
             return
         if needed > self.max_context:
             raise ValueError(f"a sequence needs {needed} positions but the context is {self.max_context}")
+        self._forget_graphs()  # they point at the old buffers
         self.cache.grow(bucket(needed, self.cache.capacity, self.max_context))
         self._key_positions = torch.arange(self.cache.capacity, device=self.device)
-        self._graphs.clear()  # they point at the old buffers
 
     # Forward passes -----------------------------------------------------------------------------------
 
     def _forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_len: int, slots: Optional[torch.Tensor] = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_len: int,
+        slots: Optional[torch.Tensor] = None,
+        compiled: bool = False,
     ) -> torch.Tensor:
         import torch
 
         keys = self._key_positions[:kv_len].view(1, 1, 1, kv_len)
         visible = keys <= positions.unsqueeze(1).unsqueeze(-1)
         mask = torch.where(visible, 0.0, torch.finfo(self.dtype).min).to(self.dtype)
-        self.cache.bind(positions, kv_len, slots)
+        if compiled and self._compiled is not None:
+            try:
+                return self._compiled(input_ids, positions, mask, slots)
+            except Exception:  # a model torch.compile cannot handle still serves, eagerly
+                logger.warning("torch.compile failed for the decode step; decoding without it", exc_info=True)
+                self._compiled = None
+        return self._call_model(input_ids, positions, mask, slots)
+
+    def _call_model(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, slots: Optional[torch.Tensor]
+    ) -> torch.Tensor:
+        # The key length comes from the mask's shape, so a compiled step sees it as a dynamic size.
+        self.cache.bind(positions, mask.shape[-1], slots)
         out = self.model(
             input_ids=input_ids,
             position_ids=positions,
@@ -297,7 +321,7 @@ class SlotModel:
         the `active` rows to their token (the others keep theirs). `key` names the LoRA adapter."""
 
         def step() -> DeviceTokens:
-            logits = self._forward(self.input_ids[:batch], self.positions[:batch], kv_len)
+            logits = self._forward(self.input_ids[:batch], self.positions[:batch], kv_len, compiled=True)
             counters = self.positions[:batch, 0] - self.prompt_lengths[:batch] + 1
             active = self.active[:batch]
             out = sample_device(logits, sampling, slice(0, batch), counters, active, mode)
@@ -391,5 +415,12 @@ class SlotModel:
         """Forget captured graphs if the weights moved to new storage (an in-place copy keeps them valid)."""
         fingerprint = self._fingerprint()
         if fingerprint != self._weights_fingerprint:
-            self._graphs.clear()
+            self._forget_graphs()
             self._weights_fingerprint = fingerprint
+
+    def _forget_graphs(self) -> None:
+        import torch
+
+        if self._graphs and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # a step may still be replaying one
+        self._graphs.clear()

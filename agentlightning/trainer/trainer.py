@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
 from agentlightning.runner.failures import share_first_traceback
 from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
@@ -94,6 +96,8 @@ class Trainer(TrainerLegacy):
         daemon: passed to the default AgentOps tracer.
         summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, failures by
             error, mean reward per mode, where the store is); it is also kept on `last_summary`.
+        tracking: experiment tracking backends the algorithm logs to (`["wandb", "mlflow", "tensorboard"]`,
+            a `TrackingConfig` or a `Tracker`); None: `AGL_TRACKING`, else the algorithm's own setting.
         progress_interval: while the algorithm runs, print a progress line to stderr every this many
             seconds (default 20; None or 0: none).
         run_name: tags every rollout of a `fit`/`dev` (`metadata["agl_run"]`) so a dashboard shared by
@@ -125,6 +129,7 @@ class Trainer(TrainerLegacy):
         triplet_exporter: ComponentSpec = None,
         hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
         summary: bool = True,
+        tracking: TrackingSpec = None,
         progress_interval: Optional[float] = PROGRESS_INTERVAL_SECONDS,
         run_name: Optional[str] = None,
     ) -> None:
@@ -157,6 +162,7 @@ class Trainer(TrainerLegacy):
         self.daemon = daemon
         self.port = port
         self.summary = summary
+        self.tracking = tracking
         self.progress_interval = progress_interval
         self.run_name = run_name
         self.last_summary: Optional[FitSummary] = None
@@ -469,6 +475,24 @@ class Trainer(TrainerLegacy):
             while not event.is_set():
                 await asyncio.sleep(_STOP_POLL_SECONDS)
             return
+        tracker = None
+        if self.tracking is not None or os.environ.get(TRACKING_ENV_VAR):
+            tracker = make_tracker(self.tracking, run_name=type(algorithm).__name__)
+            algorithm.set_tracker(tracker)
+        try:
+            await self._run_with(algorithm, store, train_dataset, val_dataset)
+        finally:
+            if tracker is not None:
+                algorithm.set_tracker(None)
+                tracker.finish()
+
+    async def _run_with(
+        self,
+        algorithm: Algorithm,
+        store: LightningStore,
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> None:
         algorithm.set_trainer(self)
         algorithm.set_store(store)
         algorithm.set_adapter(self.adapter)

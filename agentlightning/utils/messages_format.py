@@ -224,6 +224,9 @@ def chat_response_to_messages(
         message["prompt_token_ids"] = prompt_token_ids
     if isinstance(choice.get("token_ids"), list):
         message["token_ids"] = choice["token_ids"]
+    logprobs = _as_dict(choice.get("logprobs")).get("content")
+    if isinstance(logprobs, list):
+        message["logprobs"] = {"content": logprobs}  # an extension, like the token ids
     return message
 
 
@@ -253,6 +256,9 @@ def messages_response_to_chat(message: Mapping[str, Any]) -> dict[str, Any]:
     }
     if isinstance(message.get("token_ids"), list):
         choice["token_ids"] = message["token_ids"]
+    logprobs = _as_dict(message.get("logprobs")).get("content")
+    if isinstance(logprobs, list):
+        choice["logprobs"] = {"content": logprobs}
     usage = _as_dict(message.get("usage"))
     chat: dict[str, Any] = {"id": message.get("id"), "model": message.get("model"), "choices": [choice]}
     if usage:
@@ -327,7 +333,7 @@ class ChatToMessagesStream:
             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
             "usage": message["usage"],
         }
-        for key in ("prompt_token_ids", "token_ids"):
+        for key in ("prompt_token_ids", "token_ids", "logprobs"):
             if key in message:
                 final_delta[key] = message[key]
         events.append(final_delta)
@@ -367,6 +373,8 @@ class MessagesStreamAccumulator:
             for key in ("prompt_token_ids", "token_ids"):
                 if isinstance(data.get(key), list):
                     self.message[key] = data[key]
+            if isinstance(data.get("logprobs"), Mapping):
+                self.message["logprobs"] = data["logprobs"]
 
     def to_message(self) -> dict[str, Any]:
         message = dict(self.message)

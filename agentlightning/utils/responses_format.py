@@ -234,7 +234,9 @@ def _usage(chat_usage: Any) -> Optional[dict[str, Any]]:
     }
 
 
-def _output_items(message: Mapping[str, Any], ids: Optional[dict[str, str]] = None) -> list[dict[str, Any]]:
+def _output_items(
+    message: Mapping[str, Any], ids: Optional[dict[str, str]] = None, logprobs: Optional[list[Any]] = None
+) -> list[dict[str, Any]]:
     ids = ids if ids is not None else {}
     items: list[dict[str, Any]] = []
     content = message.get("content")
@@ -247,7 +249,9 @@ def _output_items(message: Mapping[str, Any], ids: Optional[dict[str, str]] = No
                 "id": ids.setdefault("message", _new_id("msg")),
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": str(content or ""), "annotations": [], "logprobs": []}],
+                "content": [
+                    {"type": "output_text", "text": str(content or ""), "annotations": [], "logprobs": logprobs or []}
+                ],
             }
         )
     for index, raw_call in enumerate(message.get("tool_calls") or []):
@@ -288,7 +292,7 @@ def chat_response_to_responses(
         "instructions": request.get("instructions"),
         "max_output_tokens": request.get("max_output_tokens"),
         "model": str(chat.get("model") or request.get("model") or ""),
-        "output": _output_items(message, ids),
+        "output": _output_items(message, ids, _as_dict(choice.get("logprobs")).get("content")),
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
         "temperature": request.get("temperature"),
         "tool_choice": request.get("tool_choice") or "auto",
@@ -309,10 +313,12 @@ def responses_response_to_chat(response: Mapping[str, Any]) -> dict[str, Any]:
     """A chat-completions response dict for a Responses `Response` (for `response_to_attributes`)."""
     content: list[str] = []
     tool_calls: list[dict[str, Any]] = []
+    logprobs: list[Any] = []
     for raw in response.get("output") or []:
         item = _as_dict(raw)
         if item.get("type") == "message":
             content.extend(t for t in (_part_text(p) for p in item.get("content") or []) if t is not None)
+            logprobs.extend(entry for p in item.get("content") or [] for entry in _as_dict(p).get("logprobs") or [])
         elif item.get("type") == "function_call":
             tool_calls.append(
                 {
@@ -327,6 +333,8 @@ def responses_response_to_chat(response: Mapping[str, Any]) -> dict[str, Any]:
     incomplete = _as_dict(response.get("incomplete_details")).get("reason")
     finish = "tool_calls" if tool_calls else "length" if incomplete == "max_output_tokens" else "stop"
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if logprobs:
+        choice["logprobs"] = {"content": [_as_dict(entry) for entry in logprobs]}
     if isinstance(response.get("token_ids"), list):
         choice["token_ids"] = response["token_ids"]
     usage = _as_dict(response.get("usage"))
@@ -421,7 +429,8 @@ class ChatToResponsesStream:
         for output_index, item in enumerate(response["output"]):
             opened = item["type"] == "message" and self._text_open
             events.extend(self._item_events(item, output_index, opened))
-        events.append(self._event("response.completed", response=response))
+        terminal = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        events.append(self._event(terminal, response=response))
         return events
 
     def _item_events(self, item: dict[str, Any], output_index: int, opened: bool) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from agentlightning.store.base import LightningStore
 from agentlightning.types import EnqueueRolloutRequest, NamedResources, RolloutConfig, Triplet
 
 from .batch import FinishedRollout, SampleBuilder, build_batch, make_sample_builder
+from .objectives import select_async_groups
 
 __all__ = ["AgentModeDaemon"]
 
@@ -58,6 +59,13 @@ class AgentModeDaemon:
         batch_timeout_seconds: give up on rollouts still unfinished this long after a batch was enqueued
             (they are cancelled and reported); None waits for the store's per-attempt timeouts.
         poll_interval: seconds between checks of the store while waiting.
+        async_rollout: bounded-staleness async training: a training step waits only for as many complete
+            task groups as it enqueued (oldest first), and the others keep running into the next step.
+        max_staleness: async: a group enqueued more than this many weight updates ago is dropped.
+        max_in_flight: async: most tasks in flight (`async_train_batch_size`); a step also waits until the
+            groups it leaves running fit in, with room for the next batch. None: no limit.
+        train_groups: async: task groups a training step takes (`data.train_batch_size`); None: as many as
+            the last set-up enqueued.
     """
 
     def __init__(
@@ -76,12 +84,16 @@ class AgentModeDaemon:
         adapter: Optional[TraceAdapter[Any]] = None,
         *,
         sample_builder: Optional[SampleBuilder] = None,
-        trace_aggregation: str = "transition",
+        trace_aggregation: str = "trajectory",
         mismatch_log_dir: Optional[str] = None,
         max_attempts: int = 1,
         retry_condition: Sequence[str] = ("timeout", "unresponsive"),
         batch_timeout_seconds: Optional[float] = None,
         poll_interval: float = 1.0,
+        async_rollout: bool = False,
+        max_staleness: int = 1,
+        max_in_flight: Optional[int] = None,
+        train_groups: Optional[int] = None,
     ) -> None:
         if mode != "v1":
             raise ValueError(
@@ -99,6 +111,8 @@ class AgentModeDaemon:
             raise ValueError(f"batch_timeout_seconds must be > 0 or None, got {batch_timeout_seconds}")
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
         self.mode = mode
         self.store = store
         self.port = port
@@ -125,6 +139,16 @@ class AgentModeDaemon:
         self.adapter: TraceAdapter[Any] = adapter
         self.llm_proxy = llm_proxy
         self._owns_proxy = llm_proxy is None
+
+        self.async_rollout = async_rollout
+        self.max_staleness = max_staleness
+        self.max_in_flight = max_in_flight
+        self.train_groups = train_groups
+        self.weights_version = 0
+        """Weight updates so far (`on_weights_updated`): the age of an async group is counted in them."""
+        self._enqueued_version: dict[str, int] = {}
+        self._wanted_groups = 0
+        self._async_metrics: dict[str, Any] = {}
 
         self.backend_llm_server_addresses: list[str] = []
         self.is_train = True
@@ -155,11 +179,11 @@ class AgentModeDaemon:
         ready.wait()
 
     def stop(self) -> None:
-        """Cancel unfinished rollouts of the current batch, stop a proxy the daemon created, stop the loop."""
+        """Cancel unfinished rollouts (carried-over ones too), stop a proxy the daemon created, stop the loop."""
         if self._loop is None:
             return
         try:
-            self.clear_data_and_server()
+            self._forget(cancel=True)
             if self._owns_proxy and self.llm_proxy is not None and self.llm_proxy.is_running():
                 self._run(self.llm_proxy.stop(), timeout=_SET_UP_TIMEOUT_SECONDS)
         finally:
@@ -186,8 +210,9 @@ class AgentModeDaemon:
         self._run(self._set_up(data, list(server_addresses), is_train), timeout=_SET_UP_TIMEOUT_SECONDS)
 
     async def _set_up(self, data: Mapping[str, Sequence[Any]], server_addresses: list[str], is_train: bool) -> None:
-        await self._cancel_unfinished()
-        self._reset()
+        if not (self._carries_over() and is_train):
+            await self._cancel_unfinished()  # async validation drops the rollouts carried over, too
+            self._reset()
         columns = list(data.keys())
         if not columns:
             raise ValueError("data has no columns; pass verl's non_tensor_batch (one entry per sample per column)")
@@ -223,7 +248,9 @@ class AgentModeDaemon:
                 )
                 data_ids.append(data_id)
         rollouts = await self.store.enqueue_many_rollouts(requests)
-        self._data_id_of = {rollout.rollout_id: data_id for rollout, data_id in zip(rollouts, data_ids, strict=True)}
+        self._data_id_of.update({r.rollout_id: data_id for r, data_id in zip(rollouts, data_ids, strict=True)})
+        self._enqueued_version.update({data_id: self.weights_version for data_id in data_ids})
+        self._wanted_groups = self.train_groups or n_samples
         self._enqueued_at = time.monotonic()
         logger.info("Enqueued %d rollouts for %d samples (is_train=%s)", len(rollouts), n_samples, is_train)
 
@@ -256,10 +283,42 @@ class AgentModeDaemon:
             return
         self._run(self._wait(verbose))
 
+    def _carries_over(self) -> bool:
+        return self.async_rollout and self.is_train
+
+    def _groups(self) -> dict[str, list[str]]:
+        """Rollout ids per data id, in enqueue order."""
+        groups: dict[str, list[str]] = {}
+        for rid, data_id in self._data_id_of.items():
+            groups.setdefault(data_id, []).append(rid)
+        return groups
+
+    def _enough_finished(self) -> bool:
+        if len(self._finished) == len(self._data_id_of):
+            return True
+        if not self._carries_over():
+            return False
+        selection = select_async_groups(
+            self._groups(), self._finished, self._enqueued_version, self.weights_version, self.max_staleness,
+            self._wanted_groups,
+        )  # fmt: skip
+        if len(selection.train) < self._wanted_groups:
+            return False
+        room = None if self.max_in_flight is None else self.max_in_flight - self._wanted_groups
+        return room is None or len(selection.carried) <= room
+
+    def in_flight_groups(self) -> int:
+        """Task groups enqueued and not trained or dropped yet (async: carried over ones included)."""
+        return len(set(self._data_id_of.values()))
+
+    def on_weights_updated(self) -> None:
+        """The policy changed: rollouts carried over from now on are one update older."""
+        self.weights_version += 1
+
     async def _wait(self, verbose: bool) -> None:
         last_report = 0.0
         store_errors = 0
-        while len(self._finished) < len(self._data_id_of):
+        while not self._enough_finished():
             pending = [rid for rid in self._data_id_of if rid not in self._finished]
             try:
                 terminal = await self.store.wait_for_rollouts(rollout_ids=pending, timeout=0)
@@ -276,7 +335,7 @@ class AgentModeDaemon:
                 if rollout.rollout_id in self._finished or rollout.rollout_id not in self._data_id_of:
                     continue
                 self._finished[rollout.rollout_id] = await self._finish(rollout.rollout_id, rollout.status)
-            if len(self._finished) == len(self._data_id_of):
+            if self._enough_finished():
                 break
             elapsed = time.monotonic() - (self._enqueued_at or time.monotonic())
             if self.batch_timeout_seconds is not None and elapsed > self.batch_timeout_seconds:
@@ -294,8 +353,11 @@ class AgentModeDaemon:
 
     async def _cancel_unfinished(self) -> int:
         """Cancel this batch's rollouts that are not terminal yet and account them as cancelled."""
+        return await self._cancel([rid for rid in self._data_id_of if rid not in self._finished])
+
+    async def _cancel(self, rollout_ids: list[str]) -> int:
         cancelled = 0
-        for rid in [rid for rid in self._data_id_of if rid not in self._finished]:
+        for rid in rollout_ids:
             try:
                 rollout = await self.store.update_rollout(rollout_id=rid, status="cancelled")
                 status = rollout.status
@@ -362,8 +424,9 @@ class AgentModeDaemon:
         """Like `get_train_data_batch`, but the padded tensors before wrapping (no verl import needed)."""
         if not self.is_train:
             raise RuntimeError("get_train_data_batch() after a validation set-up; call set_up(..., is_train=True)")
-        self._check_all_finished()
-        rollouts = self.finished_rollouts
+        rollouts = self._take_async_groups() if self.async_rollout else self.finished_rollouts
+        if not self.async_rollout:
+            self._check_all_finished()
         succeeded = [r for r in rollouts if r.status == "succeeded"]
         samples = [sample for rollout in succeeded for sample in self.sample_builder.build(rollout)]
         batch = build_batch(
@@ -373,8 +436,11 @@ class AgentModeDaemon:
             pad_token_id=self.pad_token_id,
             device=device,
         )
-        counts = self.status_counts()
+        counts: dict[str, int] = {}
+        for rollout in rollouts:
+            counts[rollout.status] = counts.get(rollout.status, 0) + 1
         metrics: dict[str, Any] = {
+            **self._async_metrics,
             "training/reward": _mean([r.reward for r in succeeded]),
             "training/n_rollouts": len(succeeded),
             "training/n_rollouts_w_trace": sum(1 for r in succeeded if r.triplets),
@@ -412,8 +478,39 @@ class AgentModeDaemon:
             "val/turn_count": _mean([float(len(ls)) for ls in lengths]),
         }
 
+    def _take_async_groups(self) -> list[FinishedRollout]:
+        """The groups this async step trains on; stale groups are dropped (unfinished rollouts cancelled)."""
+        groups = self._groups()
+        selection = select_async_groups(
+            groups, self._finished, self._enqueued_version, self.weights_version, self.max_staleness,
+            self._wanted_groups,
+        )  # fmt: skip
+        taken = [self._finished[rid] for data_id in selection.train for rid in groups[data_id]]
+        ages = [self.weights_version - self._enqueued_version[data_id] for data_id in selection.train]
+        stale_unfinished = [rid for d in selection.stale for rid in groups[d] if rid not in self._finished]
+        if stale_unfinished:
+            self._run(self._cancel(stale_unfinished), timeout=_SET_UP_TIMEOUT_SECONDS)
+        for data_id in selection.train + selection.stale:
+            for rid in groups[data_id]:
+                self._data_id_of.pop(rid, None)
+                self._finished.pop(rid, None)
+            self._enqueued_version.pop(data_id, None)
+        self._async_metrics = {
+            "training/async_groups_trained": len(selection.train),
+            "training/async_groups_carried_over": len(selection.carried),
+            "training/async_groups_dropped_stale": len(selection.stale),
+            "training/async_max_staleness": max(ages, default=0),
+        }
+        return taken
+
     def clear_data_and_server(self) -> None:
-        """Forget the batch; its rollouts still unfinished are cancelled so they do not leak into the next."""
+        """Forget the batch; its rollouts still unfinished are cancelled so they do not leak into the next
+        (in async training they are carried over instead)."""
+        self._forget(cancel=not self._carries_over())
+
+    def _forget(self, cancel: bool) -> None:
+        if not cancel:
+            return
         if self._loop is not None and any(rid not in self._finished for rid in self._data_id_of):
             self._run(self._cancel_unfinished(), timeout=_SET_UP_TIMEOUT_SECONDS)
         self._reset()
@@ -421,6 +518,7 @@ class AgentModeDaemon:
     def _reset(self) -> None:
         self._data_id_of = {}
         self._finished = {}
+        self._enqueued_version = {}
         self._enqueued_at = None
 
     def _check_all_finished(self) -> None:

@@ -41,16 +41,26 @@ class TaskDataset:
 
 def run_ppo(
     config: Any,
+    train_dataset: Optional[Sequence[Any]] = None,
+    val_dataset: Optional[Sequence[Any]] = None,
     *,
-    store: Optional[LightningStore],
-    llm_proxy: Any,
-    adapter: Optional[TraceAdapter[Any]],
-    train_dataset: Optional[Sequence[Any]],
-    val_dataset: Optional[Sequence[Any]],
+    store: Optional[LightningStore] = None,
+    llm_proxy: Any = None,
+    adapter: Optional[TraceAdapter[Any]] = None,
     trainer_cls: Optional[type[Any]] = None,
     daemon_cls: Optional[type[Any]] = None,
 ) -> None:
-    """Build verl's worker groups like `verl.trainer.main_ppo_v0.TaskRunner` does, then fit."""
+    """Build verl's worker groups like `verl.trainer.main_ppo_v0.TaskRunner` does, then fit.
+
+    v1.0's call, `run_ppo(config, train_dataset, val_dataset)` (no store), trains a harnessed agent
+    instead: a `Trainer` with the `VERL` algorithm runs `agentlightning.local.agent_class` per rollout in
+    its own process (see `launch.fit_harnessed_agent`).
+    """
+    if store is None:
+        from .launch import fit_harnessed_agent  # composes trainer-level parts; only on this path
+
+        fit_harnessed_agent(config, train_dataset, val_dataset)
+        return
     import ray
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env

@@ -3,14 +3,18 @@
 verl keeps what it is good at (FSDP actor/critic/ref workers, vLLM replicas, advantage estimators, weight
 sync); the daemon supplies the batch: rollouts run by our runners against the vLLM replicas through the
 LLM proxy, adapted to token ids. Per step: wake the replicas with the current weights, run the batch's
-rollouts, build the batch, recompute old/ref log-probs and values, compute advantages on the raw samples,
-then drop over-long prompts and the remainder of the PPO mini-batch, and update. Needs the `verl` extra
-and GPUs (written against verl 0.9.1; see `agentlightning.verl.versions`).
+rollouts, build the batch, recompute old/ref log-probs and values, compute advantages on the raw samples
+(one per rollout by default), drop over-long prompts, cap the PPO updates, weigh every rollout the same in
+the loss (by default), and update. With `async_rollout`, rollouts not trained this step keep running:
+the LLM proxy holds their calls while the replicas sleep. Needs the `verl` extra and GPUs (written against
+verl 0.9.1; see `agentlightning.verl.versions`); the RL choices live in `objectives.py` (CPU-tested).
 """
 
 from __future__ import annotations
 
+import logging
 import random
+from collections.abc import Iterator
 from pprint import pprint
 from typing import Any, Optional
 
@@ -28,8 +32,11 @@ from verl.utils.metric import reduce_metrics
 
 from agentlightning.adapter.base import TraceAdapter
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import Tracker
 
+from .config import PER_ROLLOUT_MEAN, daemon_options, make_verl_tracker
 from .daemon import AgentModeDaemon
+from .objectives import per_rollout_loss_weights, rollout_level_advantages, samples_within_update_cap
 
 __all__ = ["AgentLightningTrainer"]
 
@@ -51,35 +58,37 @@ class AgentLightningTrainer(RayPPOTrainer):
         self.adapter = adapter
         self.daemon_cls = daemon_cls
         self.agent_mode_daemon: Optional[AgentModeDaemon] = None
+        self._batches: Iterator[dict[str, Any]] = iter(())
 
     # ---- the daemon ----
 
     def _make_daemon(self) -> AgentModeDaemon:
-        agl_config = self.config.agentlightning
-        model_path = str(self.config.actor_rollout_ref.model.path)
         return self.daemon_cls(
-            agl_config.get("port"),
-            self.config.actor_rollout_ref.rollout.n,
-            train_information={
-                # verl's vLLM servers serve the model under the last two path components.
-                "model": "/".join(model_path.rstrip("/").split("/")[-2:]),
-                "temperature": self.config.actor_rollout_ref.rollout.temperature,
-            },
+            **daemon_options(self.config),
             tokenizer=self.tokenizer,
-            mini_batch_size=self.config.actor_rollout_ref.actor.ppo_mini_batch_size,
             pad_token_id=self.tokenizer.pad_token_id,
-            reward_fillna_value=agl_config.get("reward_fillna_value", 0.0),
-            llm_timeout_seconds=agl_config.get("llm_timeout_seconds", 1200.0),
             store=self.store,
             llm_proxy=self.llm_proxy,
             adapter=self.adapter,
-            trace_aggregation=agl_config.trace_aggregator.level,
-            mismatch_log_dir=(
-                agl_config.trace_aggregator.mismatch_log_dir if agl_config.trace_aggregator.get("debug") else None
-            ),
-            max_attempts=agl_config.get("max_attempts", 1),
-            batch_timeout_seconds=agl_config.get("batch_timeout_seconds"),
         )
+
+    def _hold_rollouts(self, daemon: AgentModeDaemon) -> None:
+        """Async: hold the calls of carried-over rollouts at the proxy while the replicas sleep."""
+        gate = getattr(daemon.llm_proxy, "gate", None)
+        if daemon.async_rollout and getattr(daemon.llm_proxy, "launch_mode", None) == "mp":
+            logging.getLogger(__name__).warning(
+                "async_rollout: the LLM proxy serves from another process (launch_mode='mp') and cannot hold calls "
+                "while the replicas sleep; calls made then fail. Give VERL no llm_proxy, or one with launch_mode='thread'"
+            )
+        if daemon.async_rollout and gate is not None:
+            gate.pause("training step")
+            gate.drain(timeout=float(self.config.agentlightning.get("llm_timeout_seconds", 1200.0)))
+
+    def _release_rollouts(self, daemon: AgentModeDaemon) -> None:
+        daemon.on_weights_updated()
+        gate = getattr(daemon.llm_proxy, "gate", None)
+        if gate is not None:
+            gate.resume()
 
     def _server_addresses(self) -> list[str]:
         manager: Any = self.llm_server_manager  # created by verl's init_workers (sync through auto_await)
@@ -89,6 +98,15 @@ class AgentLightningTrainer(RayPPOTrainer):
         daemon = self.agent_mode_daemon
         assert daemon is not None
         daemon.set_up_data_and_server(batch.non_tensor_batch, self._server_addresses(), is_train=is_train)
+        if is_train and daemon.async_rollout and daemon.max_in_flight is not None:
+            # Keep async_train_batch_size tasks in flight: the batches taken here are skipped by fit's loop.
+            size = int(self.config.data.train_batch_size)
+            while daemon.in_flight_groups() + size <= daemon.max_in_flight:
+                extra = next(self._batches, None)
+                if extra is None:
+                    break
+                more = DataProto.from_single_dict(extra).non_tensor_batch
+                daemon.set_up_data_and_server(more, self._server_addresses(), is_train=True)
         daemon.run_until_all_finished()
         return daemon
 
@@ -110,6 +128,66 @@ class AgentLightningTrainer(RayPPOTrainer):
         daemon.clear_data_and_server()
         return metrics
 
+    def _advantages(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """Rewards (with the KL penalty when configured), then advantages: per rollout, or verl's per sample."""
+        if self.config.algorithm.use_kl_in_reward:
+            kl_ctrl: Any = self.kl_ctrl_in_reward
+            batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl=kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        algorithm = self.config.algorithm
+        if self.config.agentlightning.advantage_level == "rollout":
+            advantages, returns = rollout_level_advantages(
+                batch.batch["token_level_rewards"],
+                batch.batch["response_mask"],
+                batch.non_tensor_batch["rollout_id_list"],
+                batch.non_tensor_batch["uid"],
+                estimator=str(algorithm.adv_estimator),
+                norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+                config=algorithm,
+            )
+            batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+            return batch
+        return compute_advantage(
+            batch,
+            adv_estimator=algorithm.adv_estimator,
+            gamma=algorithm.gamma,
+            lam=algorithm.lam,
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+            config=algorithm,
+        )
+
+    def _trim_for_update(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """Only now (advantages saw every sample) drop over-long prompts, keep whole PPO mini-batches within
+        the update cap, and weigh each rollout the same in the loss."""
+        agl_config = self.config.agentlightning
+        actor_config = self.config.actor_rollout_ref.actor
+        keep = (~batch.batch["is_drop_mask"]).nonzero(as_tuple=True)[0]
+        metrics["training/n_triplets_prompt_too_long"] = int(batch.batch["is_drop_mask"].shape[0] - keep.shape[0])
+        batch = batch[keep]
+        mini_batch_size = actor_config.ppo_mini_batch_size
+        order = list(range(len(batch)))
+        random.shuffle(order)
+        batch.reorder(torch.tensor(order, dtype=torch.int32))
+        whole = len(batch) // mini_batch_size * mini_batch_size
+        kept = samples_within_update_cap(
+            len(batch), mini_batch_size, int(actor_config.ppo_epochs), agl_config.get("max_ppo_update_times")
+        )
+        metrics["training/n_triplets_dropped_remainder"] = len(batch) - whole
+        metrics["training/n_samples_dropped_update_cap"] = whole - kept
+        if kept == 0:
+            raise RuntimeError(
+                f"only {len(batch)} samples left, fewer than ppo_mini_batch_size={mini_batch_size}; "
+                "raise data.train_batch_size or rollout.n, or lower ppo_mini_batch_size"
+            )
+        batch = batch[list(range(kept))]
+        if agl_config.loss_aggregation == PER_ROLLOUT_MEAN:
+            weights = per_rollout_loss_weights(batch.batch["response_mask"], batch.non_tensor_batch["rollout_id_list"])
+            batch.batch["advantages"] = batch.batch["advantages"] * weights
+        return batch
+
     # ---- one training step ----
 
     def _train_step(self, batch_dict: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +206,7 @@ class AgentLightningTrainer(RayPPOTrainer):
                 )
                 metrics.update(agent_metrics)
                 daemon.clear_data_and_server()
+                self._hold_rollouts(daemon)
                 checkpoint_manager: Any = self.checkpoint_manager
                 checkpoint_manager.sleep_replicas()
 
@@ -159,40 +238,8 @@ class AgentLightningTrainer(RayPPOTrainer):
             batch = unpad_dataproto(batch, pad_size=pad_size)
 
             with marked_timer("adv", timing_raw):
-                if self.config.algorithm.use_kl_in_reward:
-                    kl_ctrl: Any = self.kl_ctrl_in_reward
-                    batch, kl_metrics = apply_kl_penalty(
-                        batch, kl_ctrl=kl_ctrl, kl_penalty=self.config.algorithm.kl_penalty
-                    )
-                    metrics.update(kl_metrics)
-                else:
-                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                batch = compute_advantage(
-                    batch,
-                    adv_estimator=self.config.algorithm.adv_estimator,
-                    gamma=self.config.algorithm.gamma,
-                    lam=self.config.algorithm.lam,
-                    num_repeat=self.config.actor_rollout_ref.rollout.n,
-                    norm_adv_by_std_in_grpo=self.config.algorithm.get("norm_adv_by_std_in_grpo", True),
-                    config=self.config.algorithm,
-                )
-
-            # Only now drop over-long prompts and round down to whole PPO mini-batches.
-            keep = (~batch.batch["is_drop_mask"]).nonzero(as_tuple=True)[0]
-            metrics["training/n_triplets_prompt_too_long"] = int(batch.batch["is_drop_mask"].shape[0] - keep.shape[0])
-            batch = batch[keep]
-            mini_batch_size = self.config.actor_rollout_ref.actor.ppo_mini_batch_size
-            order = list(range(len(batch)))
-            random.shuffle(order)
-            batch.reorder(torch.tensor(order, dtype=torch.int32))
-            kept = len(batch) // mini_batch_size * mini_batch_size
-            metrics["training/n_triplets_dropped_remainder"] = len(batch) - kept
-            if kept == 0:
-                raise RuntimeError(
-                    f"only {len(batch)} samples left, fewer than ppo_mini_batch_size={mini_batch_size}; "
-                    "raise data.train_batch_size or rollout.n, or lower ppo_mini_batch_size"
-                )
-            batch = batch[list(range(kept))]
+                batch = self._advantages(batch, metrics)
+            batch = self._trim_for_update(batch, metrics)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics=metrics)
 
@@ -204,6 +251,7 @@ class AgentLightningTrainer(RayPPOTrainer):
                     metrics.update(reduce_metrics(self._update_actor(batch).meta_info["metrics"]))
             with marked_timer("update_weights", timing_raw):
                 checkpoint_manager.update_weights(self.global_steps)
+            self._release_rollouts(daemon)
 
         metrics.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
@@ -222,6 +270,13 @@ class AgentLightningTrainer(RayPPOTrainer):
             default_backend=self.config.trainer.logger,
             config=OmegaConf.to_container(self.config, resolve=True),
         )
+        tracker = make_verl_tracker(self.config)
+        try:
+            self._fit(logger, tracker)
+        finally:
+            tracker.finish()
+
+    def _fit(self, logger: Any, tracker: Tracker) -> None:
         self.global_steps = 0
         self._load_checkpoint()
         checkpoint_manager: Any = self.checkpoint_manager
@@ -233,12 +288,14 @@ class AgentLightningTrainer(RayPPOTrainer):
                 val_metrics = self._validate()
                 pprint(f"Initial validation metrics: {val_metrics}")
                 logger.log(data=val_metrics, step=self.global_steps)
+                tracker.log_metrics(val_metrics, self.global_steps)
                 if self.config.trainer.get("val_only", False):
                     return
             progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training")
             self.global_steps += 1
             for epoch in range(self.config.trainer.total_epochs):
-                for batch_dict in self.train_dataloader:
+                self._batches = iter(self.train_dataloader)
+                for batch_dict in self._batches:
                     is_last_step = self.global_steps >= self.total_training_steps
                     metrics = self._train_step(batch_dict)
                     test_freq = self.config.trainer.test_freq
@@ -252,7 +309,9 @@ class AgentLightningTrainer(RayPPOTrainer):
                     if save_freq > 0 and (is_last_step or self.global_steps % save_freq == 0):
                         self._save_checkpoint()
                     metrics.update({"training/global_step": self.global_steps, "training/epoch": epoch})
-                    logger.log(data={k: _scalar(v) for k, v in metrics.items()}, step=self.global_steps)
+                    logged = {k: _scalar(v) for k, v in metrics.items()}
+                    logger.log(data=logged, step=self.global_steps)
+                    tracker.log_metrics(logged, self.global_steps)
                     progress.update(1)
                     if is_last_step:
                         progress.close()

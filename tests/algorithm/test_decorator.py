@@ -78,7 +78,15 @@ def test_kwargs_function_gets_everything() -> None:
     adapter = Owner()
     greedy.set_adapter(adapter)  # type: ignore[arg-type]
     greedy.run()
-    assert set(seen) == {"store", "train_dataset", "val_dataset", "llm_proxy", "adapter", "initial_resources"}
+    assert set(seen) == {
+        "store",
+        "train_dataset",
+        "val_dataset",
+        "llm_proxy",
+        "adapter",
+        "initial_resources",
+        "tracker",
+    }
     assert seen["adapter"] is adapter
 
 

@@ -251,7 +251,13 @@ def test_constructor_validation(tmp_path: Path) -> None:
         ProcessAgent("echo", timeout_seconds=0)
     with pytest.raises(ValueError, match="gateway_secret"):
         ProcessAgent("echo", gateway="http://127.0.0.1:4750")
+    # v1.0 names the class of an agent; given as a command it would run "file.py:Class" as a program.
+    with pytest.raises(ValueError, match=r"agent_class='examples/gsm8k/gsm8k_agent\.py:GsmAgent'"):
+        ProcessAgent("examples/gsm8k/gsm8k_agent.py:GsmAgent")
+    with pytest.raises(ValueError, match=r"agent_class='my_pkg\.agents:Agent'"):
+        ProcessAgent("my_pkg.agents:Agent")
     assert ProcessAgent("node agent.mjs --fast").argv == ["node", "agent.mjs", "--fast"]
+    assert ProcessAgent("./agent.sh").argv == ["./agent.sh"]
     assert ProcessAgent(agent_class="pkg.mod:Agent").argv[1:] == [
         "-m",
         "agentlightning._process_entry",

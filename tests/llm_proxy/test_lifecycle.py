@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -214,3 +215,16 @@ def test_public_names():
     assert agentlightning.LLMProxy is LLMProxy
     for name in ("LightningSpanExporter", "StreamConversionMiddleware", "ModelConfig", "get_active_llm_proxy"):
         assert getattr(llm_proxy, name).__name__ == name
+
+
+async def test_a_paused_proxy_holds_new_calls_until_resumed(make_proxy: Any, backend: OpenAITestServer):
+    """The VERL trainer pauses the proxy while its replicas sleep: calls wait instead of failing."""
+    proxy = await make_proxy([model_entry("policy", backend)])
+    proxy.gate.pause("training step")
+    call = asyncio.ensure_future(ask(f"{proxy.endpoint}/v1"))
+    for _ in range(100):  # bounded: until the call is waiting at the gate
+        await asyncio.sleep(0.02)
+    assert not call.done() and backend.requests == [] and proxy.gate.inflight == 0
+    proxy.gate.resume()
+    assert await asyncio.wait_for(call, 30) == "Echo: hi"
+    assert proxy.gate.inflight == 0 and len(backend.requests) == 1

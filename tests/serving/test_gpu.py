@@ -79,3 +79,22 @@ def test_new_weights_are_served_by_the_captured_graphs() -> None:
         torch.tensor([PROMPTS[0]], device="cuda"), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0
     )[0, len(PROMPTS[0]) :]
     assert after.token_ids == expected.tolist() and after.logprobs != before.logprobs
+
+
+def test_compiled_graph_decoding_equals_eager_decoding() -> None:
+    model, tokenizer = tiny_model(hidden_size=64, layers=3)
+    model = model.to("cuda")
+    eager, _ = _generate(model, tokenizer, GREEDY, graphs=False)
+    engine = PolicyEngine(model, tokenizer, batch_window_s=0.05, compile=True, seed=0)
+    engine.start()
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*[engine.generate(p, GREEDY, n=2) for p in PROMPTS])
+
+    try:
+        compiled = asyncio.run(run())
+        assert engine.slot_model._compiled is not None  # type: ignore[reportPrivateUsage]  # compiled, not fallen back
+    finally:
+        engine.close()
+    for want, got in zip(eager, compiled, strict=True):
+        assert [e.token_ids for e in got] == [e.token_ids for e in want]

@@ -233,8 +233,8 @@ def test_swap_weights_lets_running_requests_finish_then_serves_the_new_version()
         assert before.system_fingerprint == "weights-v0" and after.system_fingerprint == "weights-v1"
         assert chunks and len(server.drain_times_s) == 1 and server.drain_times_s[0] >= 0
         with pytest.raises(TimeoutError):
-            server._in_flight += 1  # a request that never ends  # type: ignore[reportPrivateUsage]
+            assert server.gate.enter()  # a request that never ends
             try:
                 server.drain(timeout=0.1)
             finally:
-                server._in_flight -= 1  # type: ignore[reportPrivateUsage]
+                server.gate.exit()

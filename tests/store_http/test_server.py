@@ -272,8 +272,8 @@ async def _server_has_open_request(srv: LightningStoreServer) -> bool:
     return bool(launcher._server.server_state.tasks)  # pyright: ignore[reportPrivateUsage]
 
 
-async def test_otlp_signals_other_than_traces_are_not_implemented(http: httpx.AsyncClient) -> None:
-    for path in ("/v1/metrics", "/v1/logs", "/v1/development/profiles"):
+async def test_otlp_signals_other_than_traces_and_logs_are_not_implemented(http: httpx.AsyncClient) -> None:
+    for path in ("/v1/metrics", "/v1/development/profiles"):
         response = await http.post(path, content=b"", headers={"content-type": "application/x-protobuf"})
         assert response.status_code == 501
         assert "traces" in response.json()["detail"]

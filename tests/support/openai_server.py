@@ -552,6 +552,7 @@ class OpenAITestServer:
     or via `start()` / `stop()`. `requests` and `responses` record every call in order.
     `template_drift` re-renders earlier assistant turns differently (see `chat_prompt_token_ids`);
     `before_chunk(i)` is called (in a worker thread) before the i-th SSE event of a stream is sent.
+    `strict_model` answers only its own model name, as vLLM does: any other `model` gets vLLM's 404.
     """
 
     def __init__(
@@ -564,7 +565,9 @@ class OpenAITestServer:
         always_return_token_ids: bool = False,
         template_drift: bool = False,
         before_chunk: Optional[Callable[[int], None]] = None,
+        strict_model: bool = False,
     ) -> None:
+        self.strict_model = strict_model
         self.respond: Responder = respond or echo_responder
         self.template_drift = template_drift
         self.before_chunk = before_chunk
@@ -574,6 +577,8 @@ class OpenAITestServer:
         self.always_return_token_ids = always_return_token_ids
         self.requests: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []
+        self.rejected_models: list[str] = []
+        """Model names refused with 404 (`strict_model`)."""
         self._lock = threading.Lock()
         self._server: Optional[uvicorn.Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -584,6 +589,15 @@ class OpenAITestServer:
         return f"http://{self.host}:{self.port}/v1"
 
     # ---- HTTP ----
+
+    def _unknown_model(self, body: dict[str, Any]) -> Optional[JSONResponse]:
+        """vLLM's answer to a model name it does not serve (only with `strict_model`)."""
+        if not self.strict_model or body.get("model") == self.model:
+            return None
+        with self._lock:
+            self.rejected_models.append(str(body.get("model")))
+        message = f"The model `{body.get('model')}` does not exist."
+        return JSONResponse({"error": {"message": message, "type": "NotFoundError", "param": None, "code": 404}}, 404)
 
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="agentlightning OpenAI test server")
@@ -603,6 +617,9 @@ class OpenAITestServer:
                 return JSONResponse({"error": {"message": "body is not JSON", "type": "invalid_request"}}, 400)
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                 return JSONResponse({"error": {"message": "'messages' must be a list", "type": "invalid_request"}}, 400)
+            unknown = self._unknown_model(body)
+            if unknown is not None:
+                return unknown
             with self._lock:
                 self.requests.append(body)
             reply = _coerce_reply(self.respond(body))
@@ -638,6 +655,9 @@ class OpenAITestServer:
         return app
 
     def _answer_other_format(self, body: dict[str, Any], chat: dict[str, Any], route: str) -> Any:
+        unknown = self._unknown_model(body)
+        if unknown is not None:
+            return unknown
         with self._lock:
             self.requests.append(body)
         reply = _coerce_reply(self.respond(chat))

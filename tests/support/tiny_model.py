@@ -58,8 +58,12 @@ def tiny_tokenizer() -> Any:
     return tokenizer
 
 
-def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2) -> Tuple[Any, Any]:
-    """`(model, tokenizer)`: a randomly initialised float32 Llama (~30k parameters) in eval mode."""
+def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2, eos_bias: float = 0.0) -> Tuple[Any, Any]:
+    """`(model, tokenizer)`: a randomly initialised float32 Llama (~30k parameters) in eval mode.
+
+    `eos_bias` adds that much to the logit of the end-of-turn token, so answers end on their own (agents
+    that treat a length-cut answer as an error, like the OpenAI Agents SDK, need that).
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = tiny_tokenizer()
@@ -78,6 +82,13 @@ def tiny_model(seed: int = 0, *, hidden_size: int = 32, layers: int = 2) -> Tupl
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    if eos_bias:
+        head = torch.nn.Linear(hidden_size, config.vocab_size, bias=True)
+        head.weight = model.get_input_embeddings().weight
+        with torch.no_grad():
+            head.bias.zero_()
+            head.bias[tokenizer.eos_token_id] = eos_bias
+        model.lm_head = head
     model.eval()
     return model, tokenizer
 

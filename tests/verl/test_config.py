@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +31,15 @@ def _with(overrides: dict[str, Any]) -> dict[str, Any]:
 def test_default_config_is_verl_ppo_trainer_plus_agent_lightning_section() -> None:
     config = load_default_config()
     assert config.agentlightning.port == 9999
-    assert config.agentlightning.trace_aggregator.level == "transition"
+    # v1.0's RL defaults: trajectories, one advantage per rollout, every rollout weighing the same.
+    assert config.agentlightning.trace_aggregator.level == "trajectory"
+    assert config.agentlightning.advantage_level == "rollout"
+    assert config.agentlightning.loss_aggregation == "per_rollout_mean"
+    assert config.agentlightning.max_ppo_update_times is None
+    assert (
+        config.agentlightning.async_rollout.enabled is False and config.agentlightning.async_rollout.max_staleness == 1
+    )
+    assert config.actor_rollout_ref.actor.calculate_entropy is True
     assert config.agentlightning.trace_aggregator.trajectory_max_prompt_length == 2048
     assert config.agentlightning.trace_aggregator.trajectory_max_response_length == 8192
     assert config.agentlightning.reward_fillna_value == 0.0
@@ -123,3 +132,84 @@ def test_agl_verl_rejects_a_bad_config_at_construction() -> None:
 def test_skip_version_check_is_honoured() -> None:
     algorithm = agl.VERL(_with({"agentlightning": {"skip_version_check": True}}))
     assert algorithm.skip_version_check and not hasattr(algorithm, "versions")
+
+
+CONFIGS = Path(__file__).with_name("configs")
+
+
+def test_the_keys_v0_3_examples_set_are_accepted_open_dicts_included() -> None:
+    from omegaconf import OmegaConf
+
+    config = merge_config(OmegaConf.load(CONFIGS / "tool_agent_grpo.yaml"))
+    rollout = config.actor_rollout_ref.rollout
+    assert rollout.engine_kwargs.vllm.enable_auto_tool_choice is True
+    assert rollout.engine_kwargs.vllm.tool_call_parser == "hermes"
+    assert rollout.multi_turn.format == "hermes"
+    assert list(config.trainer.logger) == ["console", "wandb"]
+    assert config.actor_rollout_ref.actor.fsdp_config.param_offload is True
+    assert config.actor_rollout_ref.ref.fsdp_config.param_offload is True
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend",
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_batched_tokens",
+        "actor_rollout_ref.model.override_config.attention_dropout",
+        "actor_rollout_ref.model.lora.rank",
+        "data.apply_chat_template_kwargs.enable_thinking",
+        "data.custom_cls.extra",
+        "ray_kwargs.ray_init.num_cpus",
+        "actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params",
+    ],
+)
+def test_open_dicts_of_verl_take_any_key(path: str) -> None:
+    from omegaconf import OmegaConf
+
+    config = merge_config(OmegaConf.merge(OmegaConf.create(MODEL), OmegaConf.from_dotlist([f"{path}=7"])))
+    assert OmegaConf.select(config, path) == 7
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "actor_rollout_ref.rollout.multi_turn.formatt",
+        "actor_rollout_ref.rollout.val_kwargs.temprature",
+        "actor_rollout_ref.actor.fsdp_config.param_ofload",
+        "trainer.loggers",
+        "agentlightning.trace_aggregator.levle",
+    ],
+)
+def test_a_misspelled_closed_key_is_refused_with_its_path(path: str) -> None:
+    from omegaconf import OmegaConf
+
+    overrides = OmegaConf.merge(OmegaConf.create(MODEL), OmegaConf.from_dotlist([f"{path}=1"]))
+    with pytest.raises(ValueError, match=rf"unknown VERL config key: {path.replace('.', r'[.]')}"):
+        merge_config(overrides)
+
+
+def test_v1_spellings_of_the_rl_settings_are_accepted() -> None:
+    config = merge_config(
+        _with(
+            {
+                "algorithm": {"enable_rollout_level_advantage": False},
+                "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "per_rollout_mean"}}},
+                "agentlightning": {"rollout_timeout_seconds": 60, "max_ppo_update_times": 2},
+            }
+        )
+    )
+    assert config.agentlightning.advantage_level == "sample"
+    assert config.agentlightning.loss_aggregation == "per_rollout_mean"
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla", "the workers run verl's own loss"
+    assert config.agentlightning.llm_timeout_seconds == 60 and config.agentlightning.max_ppo_update_times == 2
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        merge_config(_with({"actor_rollout_ref": {"actor": {"loss_agg_mode": "seq-mean-token-sum"}}}))
+    with pytest.raises(ValueError, match="async_train_batch_size"):
+        merge_config(
+            _with(
+                {
+                    "data": {"train_batch_size": 4},
+                    "agentlightning": {"async_rollout": {"enabled": True, "async_train_batch_size": 4}},
+                }
+            )
+        )

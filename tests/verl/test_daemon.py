@@ -82,6 +82,7 @@ def run_with_daemon(
                 "pad_token_id": PAD,
                 "store": store,
                 "poll_interval": 0.1,
+                "trace_aggregation": "transition",  # one sample per call: these tests count samples per turn
                 **daemon_kwargs,
             }
             daemon = AgentModeDaemon(**kwargs)

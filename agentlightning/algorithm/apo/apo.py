@@ -21,6 +21,7 @@ from rich.console import Console
 
 from agentlightning.adapter.messages import TraceToMessages
 from agentlightning.store.base import LightningStore
+from agentlightning.tracking import TrackingSpec
 from agentlightning.types import Dataset, NamedResources, PromptTemplate, RolloutMode
 
 from ..base import Algorithm
@@ -38,6 +39,7 @@ from .report import (
     CandidateScore,
     EvaluationRecord,
     RoundRecord,
+    round_metrics,
     write_report,
 )
 
@@ -118,6 +120,8 @@ class APO(Algorithm):
         llm_retry: retry policy of the critique/edit calls (default 4 retries, 1 s doubling backoff).
         show_progress: print a progress bar and a table per round, and the best prompt at the end.
         console: rich console for that output (default: standard output).
+        tracking: experiment tracking backends for the per-round scores (`["wandb", "mlflow"]`, a
+            `TrackingConfig`...; None: `AGL_TRACKING`, else none; `Trainer(tracking=...)` wins).
         _poml_trace: accepted for compatibility; the meta-prompts are jinja templates, not POML.
     """
 
@@ -144,6 +148,7 @@ class APO(Algorithm):
         llm_retry: Optional[RetryPolicy] = None,
         show_progress: bool = True,
         console: Optional[Console] = None,
+        tracking: TrackingSpec = None,
         _poml_trace: bool = False,
     ) -> None:
         if async_openai_client is None:  # pyright: ignore[reportUnnecessaryComparison]
@@ -176,6 +181,7 @@ class APO(Algorithm):
         self.llm_retry = llm_retry or RetryPolicy()
         self.display = APODisplay(console, enabled=show_progress)
         self._poml_trace = _poml_trace
+        self.tracking = tracking
         self._best: Optional[_Candidate] = None
         self._best_score: Optional[float] = None
         self._report: Optional[APOReport] = None
@@ -272,6 +278,7 @@ class APO(Algorithm):
         state.report.candidates.append(self._candidate_record(seed))
         self._best, self._best_score = seed, None
 
+        tracker = self.start_tracking(self.tracking, config=self._config(), run_name="apo")
         try:
             if self.run_initial_validation:
                 logger.info("APO: validating the seed prompt on %d validation tasks", len(val_tasks))
@@ -282,17 +289,22 @@ class APO(Algorithm):
                 state.report.best_score = evaluation.score
             self.display.seed(seed.version, self._best_score, seed.prompt.template)
             self._save(state)
+            if self._best_score is not None:
+                tracker.log_metrics({"best_score": self._best_score, "seed_val_score": self._best_score}, 0)
 
             beam = [seed]
             for round_index in range(1, self.beam_rounds + 1):
                 beam = await self._round(state, beam, round_index)
                 self._save(state)
+                tracker.log_metrics(round_metrics(state.report.rounds[-1]), round_index)
         except BaseException as exc:
             state.report.status = "failed"
             state.report.error = f"{type(exc).__name__}: {exc}"
             state.report.finished_at = time.time()
             self._save(state)
             raise
+        finally:
+            self.finish_tracking()
 
         state.report.status = "finished"
         state.report.finished_at = time.time()

@@ -18,6 +18,7 @@ __all__ = [
     "CandidateScore",
     "RoundRecord",
     "APOReport",
+    "round_metrics",
     "write_report",
 ]
 
@@ -115,6 +116,26 @@ class APOReport(BaseModel):
     best_version: str
     best_score: Optional[float] = None
     best_template: str
+
+
+def round_metrics(record: RoundRecord) -> dict[str, float]:
+    """The numbers of one round that experiment trackers plot: scores, beam size, accepted edits, time."""
+    scores = [c.val_batch_score for c in record.candidates]
+    metrics: dict[str, float] = {
+        "candidates": float(len(record.candidates)),
+        "new_candidates": float(sum(1 for c in record.candidates if c.new)),
+        "rejected_edits": float(sum(1 for b in record.branches if b.rejected_reason is not None)),
+        "improved": float(record.improved),
+        "round_seconds": record.seconds,
+    }
+    if scores:
+        metrics["val_batch_score_max"] = max(scores)
+        metrics["val_batch_score_mean"] = sum(scores) / len(scores)
+    if record.beam_best_full_val is not None:
+        metrics["beam_best_full_val_score"] = record.beam_best_full_val.score
+    if record.best_score is not None:
+        metrics["best_score"] = record.best_score
+    return metrics
 
 
 def write_report(report: APOReport, path: Union[str, Path]) -> None:

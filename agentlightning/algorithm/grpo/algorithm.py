@@ -184,7 +184,9 @@ class GRPO(Algorithm):
         cfg = self.config
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
+        tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
         try:
+            self.start_tracking(cfg.tracking or None, config=cfg.to_dict(), run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
@@ -202,6 +204,7 @@ class GRPO(Algorithm):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
                 logger.info("GRPO %s", format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
+            self.finish_tracking()
             await server.astop()
             if writer is not None and writer.path.exists():
                 plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
@@ -220,6 +223,7 @@ class GRPO(Algorithm):
     def _record(self, step: int, metrics: Dict[str, Any], writer: Optional[MetricsWriter]) -> None:
         record = writer.write(step, metrics) if writer is not None else {"step": step, **metrics}
         self.history.append(record)
+        self.get_tracker().log_metrics(metrics, step)
 
     async def _publish_resources(self) -> None:
         assert self.server is not None
@@ -599,10 +603,13 @@ class GRPO(Algorithm):
 
     async def _triplets(self, rollout_id: str) -> Tuple[List[Any], Optional[float]]:
         from ...adapter import TracerTraceToTriplet
+        from ...adapter.retokenize import retokenize_triplets
 
         spans = await self._spans(rollout_id)
         adapter: Any = self.get_adapter() if self.has_adapter() else TracerTraceToTriplet()
         triplets = list(adapter.adapt(spans))
+        if self.learner is not None:  # calls recorded without token ids (e.g. OTel GenAI instrumentations)
+            triplets, _ = retokenize_triplets(triplets, self.learner.tokenizer)
         final_reward = None
         if all(t.reward is None for t in triplets):
             final_reward = find_final_reward(spans)
@@ -629,6 +636,7 @@ def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int
         "rows_dropped_prompt_too_long": float(counters.get("rows_dropped_prompt_too_long", 0)),
         "rows_truncated": float(counters.get("rows_truncated", 0)),
         "triplets_without_role": float(counters.get("triplets_without_role", 0)),
+        "triplets_retokenized": float(counters.get("triplets_retokenized", 0)),
         "trained_tokens_per_rollout": sum(s.trained_tokens for s in samples) / per_rollout,
         "row_tokens_per_rollout": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples) / per_rollout,
     }

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Dict, Hashable, List, Literal, Optional, Sequence
 
+from ...adapter.retokenize import RETOKENIZED, TOKEN_IDS_SOURCE
 from ...adapter.trajectory import (
     BREAK_CAUSES,
     TrajectoryRow,
@@ -107,6 +108,7 @@ _COUNTERS = (
     "rows_dropped_prompt_too_long",
     "rows_truncated",
     "triplets_without_role",
+    "triplets_retokenized",
     *(f"breaks_{cause}" for cause in BREAK_CAUSES),
 )
 
@@ -143,7 +145,8 @@ def samples_from_rollouts(
     `stats` (if given) receives the counts: `triplets`, `skipped_triplets` (no token ids),
     `rollouts_without_samples`, `rows`, `rows_dropped_prompt_too_long`, `rows_truncated` and
     `breaks_<cause>` for each continuity break cause (trajectory aggregation only), and
-    `triplets_without_role` (with `role_of`).
+    `triplets_without_role` (with `role_of`), and `triplets_retokenized` (ids rebuilt from text, see
+    `adapter.retokenize`).
     """
     if aggregation not in ("trajectory", "transition"):
         raise ValueError(f"aggregation must be 'trajectory' or 'transition', got {aggregation!r}")
@@ -173,6 +176,8 @@ def samples_from_rollouts(
             if tokens is None:
                 counters["skipped_triplets"] += 1
                 continue
+            if triplet.metadata.get(TOKEN_IDS_SOURCE) == RETOKENIZED:
+                counters["triplets_retokenized"] += 1
             role = role_of(triplet) if role_of is not None else None
             if role_of is not None and role is None:
                 counters["triplets_without_role"] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Union
 
+from ...tracking import parse_backends
 from .roles import normalize_roles
 
 __all__ = ["GRPOConfig"]
@@ -139,6 +140,12 @@ class GRPOConfig:
     """Weights dtype of the policy server: "auto" serves bfloat16 on CUDA and the learner's dtype (float32)
     on CPU; "float32", "bfloat16", "float16". A dtype other than the learner's serves a copy, updated after
     each step (`weight_sync_ms` in the metrics)."""
+    tracking: List[str] = field(default_factory=lambda: [])
+    """Experiment tracking backends the metrics also go to: any of "wandb", "mlflow", "tensorboard" (empty:
+    `AGL_TRACKING`, else none; `Trainer(tracking=...)` wins). See `agentlightning.tracking`."""
+    tracking_dir: Optional[str] = None
+    """Where tracking backends write locally (None: `<checkpoint_dir>/tracking` when a checkpoint dir is set,
+    else each library's default)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -161,6 +168,7 @@ class GRPOConfig:
             "max_response_length": self.max_response_length >= 1,
         }
         self.roles = normalize_roles(self.roles)
+        self.tracking = parse_backends(self.tracking)
         if self.roles and self.lora_rank == 0:
             raise ValueError(
                 f"roles={sorted(self.roles)} train one LoRA adapter per role; set lora_rank > 0 (e.g. lora_rank=8)"

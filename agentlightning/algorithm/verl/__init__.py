@@ -43,11 +43,11 @@ class VERL(Algorithm):
             self.versions = check_versions(require_vllm=True)
         run_ppo(
             self.config,
+            train_dataset,  # type: ignore[arg-type]
+            val_dataset,  # type: ignore[arg-type]
             store=self.get_store(),
             llm_proxy=self.get_llm_proxy(),
             adapter=self.get_adapter() if self.has_adapter() else None,
-            train_dataset=train_dataset,  # type: ignore[arg-type]
-            val_dataset=val_dataset,  # type: ignore[arg-type]
             trainer_cls=self.trainer_cls,
             daemon_cls=self.daemon_cls,
         )

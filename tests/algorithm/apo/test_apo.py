@@ -14,8 +14,10 @@ from agentlightning.adapter import TracerTraceToTriplet, TraceToMessages
 from agentlightning.algorithm.apo import APO, APOReport
 from agentlightning.algorithm.apo.llm import LLMCallError
 from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.tracking import TrackingConfig
 from agentlightning.types import LLM, PromptTemplate
 from tests.support.openai_server import OpenAITestServer
+from tests.tracking.readback import mlflow_run
 
 from .conftest import initial_resources, make_apo, make_trainer
 from .scripted import EDIT_MODEL, GRADIENT_MODEL, KEYWORDS, SEED_TEMPLATE, ScriptedLLM, keyword_agent, questions
@@ -30,7 +32,8 @@ def test_fit_improves_the_prompt_end_to_end(
     server: OpenAITestServer, scripted_llm: ScriptedLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report_path = tmp_path / "apo" / "report.json"
-    apo = make_apo(server, report_path=report_path, show_progress=True)
+    tracking = TrackingConfig(backends=["mlflow"], dir=str(tmp_path / "tracking"))  # mlflow: dev extra
+    apo = make_apo(server, report_path=report_path, show_progress=True, tracking=tracking)
     trainer = make_trainer(apo, server)
     trainer.fit(keyword_agent, questions(4), val_dataset=questions(3, "v"))
 
@@ -109,6 +112,15 @@ def test_fit_improves_the_prompt_end_to_end(
     printed = capsys.readouterr().out
     assert "APO round 2" in printed
     assert f"APO best prompt: {report.best_version}" in printed
+
+    # The per-round scores went to MLflow: the best-score curve, read back with MLflow's client.
+    run = mlflow_run(tmp_path / "tracking")
+    assert run["name"] == "apo" and run["params"]["beam_width"] == "2"
+    assert run["history"]["best_score"] == {
+        0: report.seed_validation.score,
+        **{r.round: r.best_score for r in report.rounds},
+    }
+    assert set(run["history"]["val_batch_score_max"]) == {1, 2}
 
 
 def test_rejected_edits_are_logged_with_reasons(server: OpenAITestServer, caplog: pytest.LogCaptureFixture) -> None:

@@ -16,6 +16,7 @@ from agentlightning.algorithm.grpo import GRPO, GRPOConfig, read_metrics
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import LLM
 from tests.support.tiny_model import tiny_model
+from tests.tracking.readback import tensorboard_run, wandb_run
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
@@ -64,9 +65,15 @@ def _config(tmp_path: Path, **overrides: Any) -> GRPOConfig:
     return GRPOConfig(**values)
 
 
-def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Path) -> None:
+def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb", reason="the wandb extra is not installed")
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     model, tokenizer = tiny_model()
-    algorithm = GRPO(_config(tmp_path), model=model, tokenizer=tokenizer)
+    algorithm = GRPO(_config(tmp_path, tracking=["wandb", "tensorboard"]), model=model, tokenizer=tokenizer)
     _fit(algorithm, InMemoryLightningStore(), val=True)
 
     steps = [record["step"] for record in algorithm.history]
@@ -82,6 +89,14 @@ def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(tmp_path: Pat
     assert [json.loads(line)["step"] for line in metrics_file.read_text().splitlines()] == [0, 1, 2]
     assert (tmp_path / "ckpt" / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "ckpt" / "step-000002" / "trainer_state.pt").exists()
+    # The same metrics reached the tracking backends (under <checkpoint_dir>/tracking), read back by their libraries.
+    curve = {r["step"]: r["reward_mean"] for r in algorithm.history if "reward_mean" in r}
+    wandb = wandb_run(tmp_path / "ckpt" / "tracking")
+    assert wandb["config"]["group_size"] == 4 and wandb["config"]["tracking"] == ["wandb", "tensorboard"]
+    assert wandb["history"]["reward_mean"] == pytest.approx(curve)
+    assert set(wandb["history"]["val_reward_mean"]) == {0, 2}
+    board = tensorboard_run(tmp_path / "ckpt" / "tracking" / "tensorboard" / "grpo")
+    assert board["history"]["reward_mean"] == pytest.approx(curve) and '"batch_size": 2' in board["config"]
 
 
 def test_a_policy_served_in_another_dtype_is_a_copy_synced_after_each_update(tmp_path: Path) -> None:

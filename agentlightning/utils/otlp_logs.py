@@ -1,0 +1,136 @@
+"""Decode OTLP/HTTP log exports into records the store keeps beside spans (GenAI message events).
+
+The official GenAI instrumentations send prompts and completions as log events (`gen_ai.user.message`,
+`gen_ai.choice`, ...) tied to the LLM span by trace and span id. `POST /v1/logs` stores each such event as
+a record under that span: a `Span` named after the event, child of the LLM span, marked
+`agentlightning.log_event` and with the body as JSON. The adapters fold these records back into the span's
+events (`agentlightning.adapter.base.fold_log_events`), whichever arrived first. Log records without a
+span context, or without the rollout / attempt resource attributes, are rejected (partial success).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from .genai import AGL_LOG_EVENT, AGL_LOG_EVENT_BODY
+from .otlp import (
+    ATTEMPT_ID_ATTRIBUTE,
+    ROLLOUT_ID_ATTRIBUTE,
+    OtlpSpan,
+    _any_value,  # pyright: ignore[reportPrivateUsage]
+    _attributes,  # pyright: ignore[reportPrivateUsage]
+    _hex_to_base64,  # pyright: ignore[reportPrivateUsage]
+    _seconds,  # pyright: ignore[reportPrivateUsage]
+    is_json_content_type,
+    is_protobuf_content_type,
+)
+
+__all__ = ["parse_export_logs_request", "otlp_log_events", "export_logs_response"]
+
+
+def _fix_json_log_ids(data: dict[str, Any]) -> None:
+    for resource_logs in data.get("resourceLogs") or data.get("resource_logs") or ():
+        if not isinstance(resource_logs, dict):
+            continue
+        for scope_logs in resource_logs.get("scopeLogs") or resource_logs.get("scope_logs") or ():
+            if not isinstance(scope_logs, dict):
+                continue
+            for record in scope_logs.get("logRecords") or scope_logs.get("log_records") or ():
+                if isinstance(record, dict):
+                    for key in ("traceId", "trace_id", "spanId", "span_id"):
+                        if key in record:
+                            record[key] = _hex_to_base64(record[key])
+
+
+def parse_export_logs_request(body: bytes, content_type: str) -> Any:
+    """Parse an `ExportLogsServiceRequest` from protobuf or OTLP/JSON bytes; ValueError when malformed."""
+    from google.protobuf import json_format
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    request = ExportLogsServiceRequest()
+    if is_protobuf_content_type(content_type):
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise ValueError(f"body is not a valid protobuf ExportLogsServiceRequest: {exc}") from exc
+        return request
+    if is_json_content_type(content_type):
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"body is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"OTLP/JSON body must be an object with 'resourceLogs', got {type(data).__name__}")
+        _fix_json_log_ids(data)
+        try:
+            json_format.ParseDict(data, request, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise ValueError(f"body is not a valid OTLP/JSON ExportLogsServiceRequest: {exc}") from exc
+        return request
+    raise ValueError(f"unsupported Content-Type {content_type!r}; send application/x-protobuf or application/json")
+
+
+def otlp_log_events(request: Any) -> tuple[list[OtlpSpan], int]:
+    """The log records tied to a span, as span records for the store, and how many were rejected."""
+    events: list[OtlpSpan] = []
+    rejected = 0
+    for resource_logs in request.resource_logs:
+        resource_attributes = _attributes(resource_logs.resource.attributes)
+        resource = {"attributes": resource_attributes, "schema_url": resource_logs.schema_url}
+        rollout_id = resource_attributes.get(ROLLOUT_ID_ATTRIBUTE)
+        attempt_id = resource_attributes.get(ATTEMPT_ID_ATTRIBUTE)
+        for scope_logs in resource_logs.scope_logs:
+            for record in scope_logs.log_records:
+                attributes = _attributes(record.attributes)
+                name = record.event_name or attributes.pop("event.name", None)
+                if not (record.trace_id and record.span_id and rollout_id and attempt_id and name):
+                    rejected += 1
+                    continue
+                body = _any_value(record.body) if record.HasField("body") else None
+                attributes[AGL_LOG_EVENT] = True
+                if body is not None:
+                    attributes[AGL_LOG_EVENT_BODY] = json.dumps(body)
+                trace_id = record.trace_id.hex().rjust(32, "0")
+                span_id = secrets.token_hex(8)
+                timestamp = _seconds(record.time_unix_nano or record.observed_time_unix_nano)
+                fields: dict[str, Any] = {
+                    "trace_id": trace_id,
+                    "span_id": span_id,
+                    "parent_id": record.span_id.hex().rjust(16, "0"),
+                    "name": str(name),
+                    "status": {"status_code": "UNSET", "description": None},
+                    "attributes": attributes,
+                    "events": [],
+                    "links": [],
+                    "start_time": timestamp,
+                    "end_time": timestamp,
+                    "context": {"trace_id": trace_id, "span_id": span_id, "is_remote": False, "trace_state": {}},
+                    "parent": {
+                        "trace_id": trace_id,
+                        "span_id": record.span_id.hex().rjust(16, "0"),
+                        "is_remote": False,
+                        "trace_state": {},
+                    },
+                    "resource": resource,
+                }
+                events.append(OtlpSpan(str(rollout_id), str(attempt_id), None, fields))
+    return events, rejected
+
+
+def export_logs_response(content_type: str, rejected: int = 0, error_message: str = "") -> tuple[bytes, str]:
+    """Body and media type of an `ExportLogsServiceResponse`, in the request's encoding."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    if is_protobuf_content_type(content_type):
+        response = ExportLogsServiceResponse()
+        if rejected or error_message:
+            response.partial_success.rejected_log_records = rejected
+            response.partial_success.error_message = error_message
+        return response.SerializeToString(), "application/x-protobuf"
+    payload: dict[str, Any] = {}
+    if rejected or error_message:
+        payload["partialSuccess"] = {"rejectedLogRecords": str(rejected), "errorMessage": error_message}
+    return json.dumps(payload).encode(), "application/json"

@@ -1,0 +1,142 @@
+"""`PauseGate`: hold new model calls while weights change, let running ones finish, then go on.
+
+The policy server and the gateway share it. While paused, `enter()` refuses (the caller answers 429 with
+`Retry-After`, which OpenAI clients retry); calls already admitted run to their end, and `drain()` waits
+for them. Gates can be linked (`link`): pausing or resuming one does the same to the others, so a policy
+server swapping weights also holds the calls queued at a gateway in front of it, and `POST /proxy/pause`
+on that gateway holds the server too. Thread-safe: servers call it from their event loops, trainers from
+their own threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from typing import Any, Optional
+
+__all__ = ["PauseGate"]
+
+
+class PauseGate:
+    """A pause flag with a count of admitted calls (`inflight`).
+
+    Args:
+        retry_after_seconds: what a refused caller is told to wait (the `Retry-After` header).
+    """
+
+    def __init__(self, retry_after_seconds: float = 1.0) -> None:
+        if retry_after_seconds < 0:
+            raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
+        self.retry_after_seconds = retry_after_seconds
+        self.reason: Optional[str] = None
+        self.rejected = 0
+        """Calls refused because the gate was paused."""
+        self._paused = False
+        self._inflight = 0
+        self._condition = threading.Condition()
+        self._linked: list[PauseGate] = []
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def inflight(self) -> int:
+        """Calls admitted and not finished yet."""
+        return self._inflight
+
+    def link(self, other: PauseGate) -> None:
+        """Pause and resume `other` with this gate, and this gate with `other` (each keeps its own count)."""
+        if other is self or other in self._linked:
+            return
+        self._linked.append(other)
+        other._linked.append(self)
+
+    def pause(self, reason: Optional[str] = None, retry_after_seconds: Optional[float] = None) -> None:
+        """Refuse new calls until `resume()`; admitted calls go on."""
+        for gate in self._group():
+            gate._set(True, reason, retry_after_seconds)
+
+    def resume(self) -> None:
+        for gate in self._group():
+            gate._set(False, None, None)
+
+    def _group(self) -> list[PauseGate]:
+        """This gate and every gate linked to it, directly or not."""
+        seen: list[PauseGate] = [self]
+        for gate in seen:
+            seen.extend(other for other in gate._linked if other not in seen)
+        return seen
+
+    def _set(self, paused: bool, reason: Optional[str], retry_after_seconds: Optional[float]) -> None:
+        with self._condition:
+            self._paused = paused
+            self.reason = reason
+            if retry_after_seconds is not None:
+                if retry_after_seconds < 0:
+                    raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
+                self.retry_after_seconds = retry_after_seconds
+
+    def enter(self) -> bool:
+        """Admit a call (True), or refuse it because the gate is paused (False; counted in `rejected`)."""
+        with self._condition:
+            if self._paused:
+                self.rejected += 1
+                return False
+            self._inflight += 1
+            return True
+
+    async def enter_when_open(self, timeout: float) -> bool:
+        """Admit a call, holding it (without blocking the event loop) while paused, at most `timeout` seconds.
+
+        False (counted in `rejected`) when the gate stayed paused that long.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._condition:
+                if not self._paused:
+                    self._inflight += 1
+                    return True
+                if time.monotonic() >= deadline:
+                    self.rejected += 1
+                    return False
+            await asyncio.sleep(0.05)
+
+    def exit(self) -> None:
+        """An admitted call has finished."""
+        with self._condition:
+            self._inflight -= 1
+            if self._inflight <= 0:
+                self._inflight = 0
+                self._condition.notify_all()
+
+    def drain(self, timeout: Optional[float] = None) -> float:
+        """Wait until no admitted call is running; returns the seconds waited.
+
+        Raises:
+            TimeoutError: calls were still running after `timeout` seconds.
+        """
+        started = time.perf_counter()
+        deadline = math.inf if timeout is None else started + timeout
+        with self._condition:
+            while self._inflight > 0:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self._inflight} request(s) still running after {timeout} s")
+                self._condition.wait(min(remaining, 1.0))
+        return time.perf_counter() - started
+
+    def state(self) -> dict[str, Any]:
+        """`{"paused", "retry_after_seconds", "reason", "inflight"}` (v1.0's PauseState)."""
+        retry = self.retry_after_seconds
+        return {
+            "paused": self._paused,
+            "retry_after_seconds": int(retry) if float(retry).is_integer() else retry,
+            "reason": self.reason,
+            "inflight": self._inflight,
+        }
+
+    def retry_after_header(self) -> str:
+        return f"{self.retry_after_seconds:g}"

@@ -1,0 +1,1 @@
+"""Agents nobody here wrote the instrumentation of: only the official OpenTelemetry GenAI instrumentations."""
