@@ -21,13 +21,14 @@ import pytest
 
 from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.agl_cli import running
+from tests.support.browser import CHROMIUM, chromium_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.train]
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SCRIPT_TIMEOUT = 180
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
 
 def code_blocks(page: Path, language: str) -> list[str]:
@@ -113,33 +114,26 @@ def test_readme_quick_start_dashboard_first_agent_and_grpo(tmp_path: Path) -> No
 
 def check_dashboard(store_url: str) -> None:
     """Each script is a run of its own on the Training page (the latest shown first); the rollouts list has all."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(f"{store_url}/#/rollouts")
-            expect(page.locator(".page-info")).to_contain_text("of 8")  # 2 + (4 train + 2 val)
-            page.click('a[data-nav="training"]')
-            options = page.locator("#run-select option")
-            expect(options).to_have_count(3)  # two runs, and both merged
-            labels = options.all_inner_texts()
-            assert labels[0].startswith("first_agent_grpo.py ") and labels[0].endswith("(latest)"), labels
-            expect(page.locator("#reward-chart svg .series-train-raw circle")).to_have_count(4)  # the latest run
-            expect(page.locator("#reward-chart svg .series-val-raw circle")).to_have_count(2)
-            assert labels[1].startswith("quickstart.py ") and labels[2] == "all 2 runs, merged", labels
-            quickstart_run = next(o.get_attribute("value") for o in options.all() if o.inner_text().startswith("quick"))
-            page.select_option("#run-select", quickstart_run)
-            expect(page.locator("#reward-chart svg .series-train-raw circle")).to_have_count(2)
-            expect(page.locator("#reward-chart svg .series-val-raw circle")).to_have_count(0)
-            assert errors == [], errors
-        finally:
-            browser.close()
+    with chromium_page() as (page, errors):
+        page.goto(f"{store_url}/#/rollouts")
+        expect(page.locator(".page-info")).to_contain_text("of 8")  # 2 + (4 train + 2 val)
+        page.click('a[data-nav="training"]')
+        options = page.locator("#run-select option")
+        expect(options).to_have_count(3)  # two runs, and both merged
+        labels = options.all_inner_texts()
+        assert labels[0].startswith("first_agent_grpo.py ") and labels[0].endswith("(latest)"), labels
+        expect(page.locator("#reward-chart svg .series-train-raw circle")).to_have_count(4)  # the latest run
+        expect(page.locator("#reward-chart svg .series-val-raw circle")).to_have_count(2)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "first-hour-training.png"), full_page=True)
+        assert labels[1].startswith("quickstart.py ") and labels[2] == "all 2 runs, merged", labels
+        quickstart_run = next(o.get_attribute("value") for o in options.all() if o.inner_text().startswith("quick"))
+        page.select_option("#run-select", quickstart_run)
+        expect(page.locator("#reward-chart svg .series-train-raw circle")).to_have_count(2)
+        expect(page.locator("#reward-chart svg .series-val-raw circle")).to_have_count(0)
+        assert errors == [], errors
 
 
 def test_grpo_script_follows_the_docs() -> None:

@@ -128,14 +128,14 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     # ---- entry point ----
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
-        if not self.managed_store and self.role == "both":
-            capabilities = store.capabilities
-            if not capabilities.get("zero_copy", False):
-                logger.warning(
-                    "managed_store is off but %s does not declare zero_copy: runner processes may each see a "
-                    "private copy of it. Pass a store shared across processes (e.g. LightningStoreClient).",
-                    type(store).__name__,
-                )
+        if not self.managed_store and self.role != "runner" and not store.capabilities.get("zero_copy", False):
+            # Nothing would ever reach this store: runner processes would each get a private copy of it.
+            raise RunError(
+                f"AGL_MANAGED_STORE=0 (managed_store=False) serves nothing, and {type(store).__name__} is private "
+                "to this process, so no runner could see its rollouts. To use a running store server, set "
+                "AGL_STORE_URL=http://HOST:PORT (or Trainer(store='http://HOST:PORT')); otherwise drop "
+                "AGL_MANAGED_STORE=0 to serve the store from here"
+            )
         if self.role == "algorithm":
             self._execute_algorithm_role(algorithm, store)
         elif self.role == "runner":

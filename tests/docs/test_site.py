@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(ROOT))
 import docs_hooks  # noqa: E402
+from tests.support.browser import CHROMIUM, chromium_page  # noqa: E402
 
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -57,32 +58,22 @@ def test_site_builds_strictly_and_offline(site: Path) -> None:
 
 def test_the_site_opened_from_disk_links_pages_and_finds_search_results(site: Path) -> None:
     """`site/index.html` opened as a file: nav links open pages (not folder listings) and search answers."""
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
+    if not CHROMIUM.exists():
         pytest.skip("needs Debian's chromium at /usr/bin/chromium (make browser)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto((site / "index.html").as_uri())
-            page.click("nav >> text=Train your first agent")
-            assert page.url == (site / "first-agent.html").as_uri()
-            expect(page.locator("h1")).to_contain_text("Train your first agent")
-            search = page.locator("input.md-search__input")
-            search.click()
-            search.press_sequentially("dashboard", delay=20)
-            expect(page.locator(".md-search-result__item").first).to_be_visible(timeout=15_000)
-            page.locator(".md-search-result__item a").first.click()
-            assert page.url.startswith("file://") and ".html" in page.url
-            assert errors == []
-        finally:
-            browser.close()
+    with chromium_page() as (page, errors):
+        page.goto((site / "index.html").as_uri())
+        page.click("nav >> text=Train your first agent")
+        assert page.url == (site / "first-agent.html").as_uri()
+        expect(page.locator("h1")).to_contain_text("Train your first agent")
+        search = page.locator("input.md-search__input")
+        search.click()
+        search.press_sequentially("dashboard", delay=20)
+        expect(page.locator(".md-search-result__item").first).to_be_visible(timeout=15_000)
+        page.locator(".md-search-result__item a").first.click()
+        assert page.url.startswith("file://") and ".html" in page.url
+        assert errors == []
 
 
 def test_a_page_missing_from_the_nav_is_still_published(tmp_path: Path) -> None:

@@ -104,3 +104,11 @@ def test_a_bad_agl_store_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("AGL_STORE_URL", "127.0.0.1:4747")
     with pytest.raises(ValueError, match="AGL_STORE_URL='127.0.0.1:4747' is not an http"):
         agl.Trainer()
+
+
+def test_agl_managed_store_0_alone_fails_at_once_instead_of_hanging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """v0.3's recipe without a store to share: runners would each get a private copy of the store."""
+    monkeypatch.setenv("AGL_MANAGED_STORE", "0")
+    with pytest.raises(agl.RunError, match="AGL_STORE_URL=http://HOST:PORT") as raised:
+        _fast(port=0).fit(Doubler(), train_dataset=[1])
+    assert "InMemoryLightningStore is private to this process" in str(raised.value)
