@@ -128,8 +128,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     # ---- entry point ----
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
-        if not self.managed_store and self.role != "runner" and not store.capabilities.get("zero_copy", False):
-            # Nothing would ever reach this store: runner processes would each get a private copy of it.
+        if not self.managed_store and self.role == "both" and not store.capabilities.get("zero_copy", False):
+            # The runner processes forked here would each get a private copy of the store: nothing could run.
             raise RunError(
                 f"AGL_MANAGED_STORE=0 (managed_store=False) serves nothing, and {type(store).__name__} is private "
                 "to this process, so no runner could see its rollouts. To use a running store server, set "
