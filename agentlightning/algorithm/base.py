@@ -6,6 +6,7 @@ import inspect
 import warnings
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Optional, Union
 
 from agentlightning.tracking import NullTracker, Tracker, TrackingSpec, make_tracker
@@ -17,7 +18,20 @@ if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
     from agentlightning.trainer import Trainer
 
-__all__ = ["Algorithm"]
+__all__ = ["Algorithm", "TrainedPolicy"]
+
+
+@dataclass
+class TrainedPolicy:
+    """Weights an algorithm trained, handed to the next algorithm of a schedule that trains the same model."""
+
+    model: Any
+    """A Hugging Face causal LM (`torch.nn.Module`), LoRA merged into it."""
+    tokenizer: Any
+    source: str
+    """What it was loaded from ("smollm2", a path or hub id; "a loaded model" otherwise), for messages."""
+    trained_by: str
+    """The algorithm that trained it ("RFT", "GRPO")."""
 
 
 class Algorithm:
@@ -136,6 +150,31 @@ class Algorithm:
         if self._owns_tracker and self._tracker is not None:
             tracker, self._tracker, self._owns_tracker = self._tracker, None, False
             tracker.finish()
+
+    # ---- schedules: what one algorithm hands to the next ----
+
+    def accepts_adapter(self, adapter: TraceAdapter[Any]) -> bool:
+        """Whether this algorithm reads what `adapter` produces; in a schedule a stage that does not gets
+        `default_adapter()` instead of the trainer's adapter."""
+        return True
+
+    def default_adapter(self) -> Optional[TraceAdapter[Any]]:
+        """The adapter to use when the trainer's is not one this algorithm reads (None: the trainer's)."""
+        return None
+
+    def get_result_resources(self) -> Optional[NamedResources]:
+        """The resources this algorithm leaves to the next one of a schedule (e.g. the best prompt it found,
+        next to the other initial resources); None when it changes none."""
+        return None
+
+    def get_trained_policy(self) -> Optional[TrainedPolicy]:
+        """Weights this algorithm trained, for the next policy-training algorithm of a schedule (None: none)."""
+        return None
+
+    def continue_from(self, policy: TrainedPolicy) -> None:
+        """Start from `policy` (trained by an earlier algorithm of the schedule) instead of loading a model.
+        Algorithms that train no weights ignore it."""
+        return None
 
     # ---- running ----
 

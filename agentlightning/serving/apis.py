@@ -35,7 +35,7 @@ from ..utils.responses_format import (
     sse_encode,
 )
 from .adapters import UnknownAdapterError
-from .completions import complete_chat, submit_chat
+from .completions import ClientGone, complete_chat, submit_chat, unless_disconnected
 from .protocol import ChatCompletionRequest, openai_error
 
 if TYPE_CHECKING:
@@ -130,7 +130,10 @@ async def _answer(server: PolicyServer, dialect: ChatDialect, request: Request) 
             return failure(404, str(exc), "not_found_error")
         except ValueError as exc:
             return failure(400, str(exc))
-        completion = await complete_chat(server, chat_request, stream)
+        completion = await unless_disconnected(request, stream, complete_chat(server, chat_request, stream))
+    except ClientGone as exc:
+        logger.info("%s request cancelled: %s", dialect.name, exc)
+        return failure(499, str(exc))
     except Exception as exc:
         logger.exception("%s request failed", dialect.name)
         return failure(500, str(exc), "api_error")

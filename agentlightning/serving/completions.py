@@ -7,7 +7,8 @@ translate the answer back, token ids and logprobs included.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List
+import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, TypeVar
 
 from .adapters import adapter_model_name, resolve_adapter
 from .chat import parse_tool_calls, render_chat_prompt
@@ -15,9 +16,36 @@ from .engine import CompletionStream, SequenceDelta, SequenceEnd
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from .server import PolicyServer
 
-__all__ = ["submit_chat", "complete_chat", "usage", "wants_token_ids"]
+__all__ = ["ClientGone", "submit_chat", "complete_chat", "unless_disconnected", "usage", "wants_token_ids"]
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected before its answer was ready; its generation was cancelled."""
+
+
+async def unless_disconnected(
+    request: Request, stream: CompletionStream, work: Awaitable[T], poll_s: float = 0.25
+) -> T:
+    """Await `work` (the answer to `stream`), but if the client goes away first, cancel the generation so
+    its slots are free at the next decode step, and raise `ClientGone`."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll_s)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                stream.cancel()
+                raise ClientGone(f"client went away after {len(stream.prompt_ids)} prompt tokens")
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def wants_token_ids(body: ChatCompletionRequest) -> bool:

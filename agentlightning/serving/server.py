@@ -27,8 +27,8 @@ from ..utils.pause import PauseGate
 from .adapters import UnknownAdapterError, adapter_model_name
 from .apis import add_api_routes
 from .chat import TOOL_CALL_OPEN, parse_tool_calls
+from .completions import ClientGone, submit_chat, unless_disconnected
 from .completions import complete_chat as _complete
-from .completions import submit_chat
 from .completions import usage as _usage
 from .completions import wants_token_ids as _wants_token_ids
 from .engine import CompletionStream, PolicyEngine, SequenceDelta
@@ -302,8 +302,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
             ],
         }
 
-    @app.post("/v1/chat/completions", response_model=None)
-    async def _chat(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:  # type: ignore[reportUnusedFunction]
+    async def _chat(body: ChatCompletionRequest, request: Request) -> Union[JSONResponse, StreamingResponse]:
         if not server._enter():  # type: ignore[reportPrivateUsage]
             return JSONResponse(
                 status_code=429,
@@ -312,14 +311,18 @@ def _build_app(server: PolicyServer) -> FastAPI:
             )
         streaming = False
         try:
-            response = await _answer(body)
+            response = await _answer(body, request)
             streaming = isinstance(response, StreamingResponse)
             return response
         finally:
             if not streaming:
                 server._exit()  # type: ignore[reportPrivateUsage]
 
-    async def _answer(body: ChatCompletionRequest) -> Union[JSONResponse, StreamingResponse]:
+    # FastAPI reads the annotations as strings in this module's globals, where `Request` (imported lazily) is not.
+    _chat.__annotations__["request"] = Request
+    app.post("/v1/chat/completions", response_model=None)(_chat)
+
+    async def _answer(body: ChatCompletionRequest, request: Request) -> Union[JSONResponse, StreamingResponse]:
         try:
             stream = submit_chat(server, body)
         except UnknownAdapterError as exc:
@@ -332,7 +335,10 @@ def _build_app(server: PolicyServer) -> FastAPI:
         if body.stream:
             return StreamingResponse(_counted(server, _sse(server, body, stream)), media_type="text/event-stream")
         try:
-            content = await _complete(server, body, stream)
+            content = await unless_disconnected(request, stream, _complete(server, body, stream))
+        except ClientGone as exc:
+            logger.info("Chat completion cancelled: %s", exc)
+            return JSONResponse(status_code=499, content=openai_error(str(exc)))
         except Exception as exc:
             logger.exception("Chat completion failed")
             return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))

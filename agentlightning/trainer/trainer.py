@@ -88,7 +88,9 @@ class Trainer(TrainerLegacy):
         runner: default `LitAgentRunner(tracer=<tracer>, max_rollouts=<max_rollouts>)`.
         strategy: default `ClientServerExecutionStrategy(n_runners=..., server_port=port)`; aliases "cs", "shm".
         port: store server port for the client-server strategy (else `AGL_SERVER_PORT`, else 4747).
-        algorithm: what `fit` runs; None just keeps the runners serving until stopped.
+        algorithm: what `fit` runs; a list runs its algorithms one after another on the same store, each
+            starting from what the previous one left (`agentlightning.algorithm.schedule`); None just keeps
+            the runners serving until stopped.
         llm_proxy: optional `LLMProxy` (dict specs get the store injected).
         hooks: one `Hook` or a sequence of them, called by the runners around each rollout.
         dev, n_workers, max_tasks, triplet_exporter: deprecated aliases (`.dev()`, `n_runners`,
@@ -224,6 +226,14 @@ class Trainer(TrainerLegacy):
         )
 
     def _make_algorithm(self, spec: ComponentSpec) -> Optional[Algorithm]:
+        if isinstance(spec, (list, tuple)):  # a schedule: the algorithms run one after another
+            from agentlightning.algorithm.schedule import Schedule
+
+            stages: list[Algorithm] = [
+                build_component(stage, expected_type=Algorithm, spec_name=f"algorithm[{index}]")
+                for index, stage in enumerate(spec)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+            ]
+            return Schedule(stages)
         return build_component(spec, expected_type=Algorithm, spec_name="algorithm", allow_none=True)
 
     def _make_strategy(self, spec: ComponentSpec) -> ExecutionStrategy:

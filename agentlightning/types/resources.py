@@ -12,6 +12,7 @@ __all__ = [
     "LLM",
     "ProxyLLM",
     "PromptTemplate",
+    "AlgorithmState",
     "ResourceUnion",
     "NamedResources",
     "ResourcesUpdate",
@@ -114,7 +115,21 @@ class PromptTemplate(Resource):
         raise NotImplementedError(f"formatting prompt templates with engine {self.engine!r} is not supported")
 
 
-ResourceUnion = Annotated[Union[LLM, ProxyLLM, PromptTemplate], Field(discriminator="resource_type")]
+class AlgorithmState(Resource):
+    """Where an algorithm is in its search (e.g. APO's beam, GEPA's candidates and Pareto front), kept in the
+    store so a run killed mid-way resumes from it. Agents never receive it: algorithms publish it in a
+    resources bundle of its own, never next to the resources of a rollout."""
+
+    resource_type: Literal["algorithm_state"] = "algorithm_state"
+    algorithm: str
+    """The algorithm that wrote it ("apo", "gepa", ...), checked when it is read back."""
+    run: str
+    """The run it belongs to: a store can hold the state of several runs."""
+    state: dict[str, Any] = Field(default_factory=dict)
+    """JSON-serializable; its layout belongs to the algorithm."""
+
+
+ResourceUnion = Annotated[Union[LLM, ProxyLLM, PromptTemplate, AlgorithmState], Field(discriminator="resource_type")]
 NamedResources = dict[str, ResourceUnion]
 
 _named_resources_adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(NamedResources)

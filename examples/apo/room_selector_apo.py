@@ -63,8 +63,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> APO:
-    args = parse_args(argv)
+def prepare(args: argparse.Namespace) -> tuple[str, list[Any], list[Any], AsyncOpenAI]:
+    """Check the environment, set up logging; the endpoint, the train/val halves of the tasks and a client."""
     if not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
         sys.exit("Set OPENAI_API_KEY (and OPENAI_BASE_URL for a server other than api.openai.com) first.")
     agl.setup_logging("INFO")
@@ -75,9 +75,34 @@ def main(argv: Optional[list[str]] = None) -> APO:
     if args.max_tasks is not None:
         tasks = tasks[: args.max_tasks]
     half = len(tasks) // 2
-    train_tasks, val_tasks = tasks[:half], tasks[half:]
-
     client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY")
+    return base_url, tasks[:half], tasks[half:], client
+
+
+def room_trainer(args: argparse.Namespace, algorithm: Any, base_url: str, store: Any = None) -> agl.Trainer:
+    """A trainer for a prompt optimizer of the room selector: the seed prompt and the agent model as resources."""
+    strategy: dict[str, Any] = {"type": args.strategy, "n_runners": args.n_runners}
+    if args.strategy == "shm":
+        strategy["main_thread"] = "algorithm"
+    return agl.Trainer(
+        algorithm=algorithm,
+        n_runners=args.n_runners,
+        strategy=strategy,
+        port=args.port,
+        store=store,
+        runner={"poll_interval": args.poll_interval},
+        adapter=agl.TraceToMessages(),
+        initial_resources={
+            "prompt": SEED_PROMPT,
+            # The API key stays out of the store; the agent reads OPENAI_API_KEY itself.
+            "llm": agl.LLM(endpoint=base_url, model=args.agent_model),
+        },
+    )
+
+
+def main(argv: Optional[list[str]] = None) -> APO:
+    args = parse_args(argv)
+    base_url, train_tasks, val_tasks, client = prepare(args)
     algorithm = APO(
         client,
         gradient_model=args.gradient_model,
@@ -90,22 +115,7 @@ def main(argv: Optional[list[str]] = None) -> APO:
         seed=args.seed,
         report_path=args.report,
     )
-    strategy: dict[str, Any] = {"type": args.strategy, "n_runners": args.n_runners}
-    if args.strategy == "shm":
-        strategy["main_thread"] = "algorithm"
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        n_runners=args.n_runners,
-        strategy=strategy,
-        port=args.port,
-        runner={"poll_interval": args.poll_interval},
-        adapter=agl.TraceToMessages(),
-        initial_resources={
-            "prompt": SEED_PROMPT,
-            # The API key stays out of the store; the agent reads OPENAI_API_KEY itself.
-            "llm": agl.LLM(endpoint=base_url, model=args.agent_model),
-        },
-    )
+    trainer = room_trainer(args, algorithm, base_url)
     trainer.fit(room_selector, train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
     print(f"Report written to {args.report}")
     return algorithm

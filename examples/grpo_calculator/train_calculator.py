@@ -34,7 +34,6 @@ A line per step shows the train reward. Outputs go to `--output-dir` (default `r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -44,24 +43,32 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calculator_agent import calculator_agent, load_tasks  # noqa: E402
+from demo_algorithms import make_algorithm_classes  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
-from agentlightning.emitter import find_final_reward  # noqa: E402
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
-    from agentlightning.algorithm.grpo import GRPO, GRPOConfig
+    from agentlightning.algorithm.grpo import GRPOConfig
+    from agentlightning.algorithm.rft import RFTConfig
     from agentlightning.store.base import LightningStore
 
 logger = logging.getLogger("grpo_calculator")
 
-_OUTPUTS = ("store.db", "store.db-wal", "store.db-shm", "metrics.jsonl", "reward_curve.png", "summary.json", "model")
+_OUTPUTS = (
+    "store.db",
+    "store.db-wal",
+    "store.db-shm",
+    "metrics.jsonl",
+    "rft_metrics.jsonl",
+    "reward_curve.png",
+    "summary.json",
+    "model",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +108,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.add_argument("--port", type=int, default=0, help="store server port (0: a free one)")
     parser.add_argument("--save-model", action="store_true", help="also save the trained model to <output>/model")
+    parser.add_argument(
+        "--warm-start",
+        choices=["none", "rft"],
+        default="none",
+        help="rft: rejection-sampling fine-tuning rounds before GRPO (sample, keep each task's best rollout, "
+        "fine-tune on it), so GRPO starts from a model that already makes valid tool calls",
+    )
+    parser.add_argument("--rft-rounds", type=int, default=1, help="warm start: sample/select/fine-tune rounds")
+    parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
+    parser.add_argument("--rft-group-size", type=int, default=8, help="warm start: rollouts per task")
+    parser.add_argument(
+        "--rft-threshold",
+        type=float,
+        default=0.5,
+        help="warm start: a task's best rollout is kept when its reward reaches this (0.5: the calculator was "
+        "called with the right expression)",
+    )
+    parser.add_argument("--rft-epochs", type=int, default=2, help="warm start: fine-tuning passes per round")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 steps, 2x2 rollouts, 4 val tasks")
     return parser
 
@@ -109,7 +134,8 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     """`--quick` shrinks the run to a smoke test of the whole pipeline (it does not show learning)."""
     if args.quick:
         args.steps, args.batch_size, args.group_size = 2, 2, 2
-        args.val_limit, args.max_tokens, args.n_runners = 4, 24, min(args.n_runners, 2)
+        args.val_limit, args.max_tokens, args.n_runners = min(args.val_limit, 4), 24, min(args.n_runners, 2)
+        args.rft_rounds, args.rft_tasks, args.rft_group_size = 1, 2, 2
     return args
 
 
@@ -144,164 +170,35 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
     )
 
 
+def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
+    """The warm start: same sampling, rows and learning rate as GRPO; keep each task's best good-enough rollout."""
+    from agentlightning.algorithm.rft import RFTConfig
+
+    return RFTConfig(
+        rounds=args.rft_rounds,
+        tasks_per_round=args.rft_tasks,
+        group_size=args.rft_group_size,
+        temperature=args.temperature,
+        max_new_tokens=args.max_tokens,
+        rollout_timeout_s=900.0,
+        selection="best_per_group",
+        reward_threshold=args.rft_threshold,
+        epochs=args.rft_epochs,
+        learning_rate=args.lr,
+        micro_batch_size=8,
+        aggregation=args.aggregation,
+        lora_rank=args.lora_rank,
+        lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
+        seed=args.seed,
+        metrics_path=str(metrics_path),
+        device="cpu",
+    )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-_SAMPLED_VAL_RESOURCES_ID = "grpo-val-sampled"
-_GREEDY, _SAMPLED = 0, 1  # the `grpo_sample` slot of a validation rollout says how it decoded
-
-
-def _make_algorithm_class() -> type[GRPO]:
-    from agentlightning.algorithm.grpo import GRPO
-
-    class DemoGRPO(GRPO):
-        """GRPO that evaluates greedily and sampled, drives a progress bar (or progress lines when stdout is
-        not a terminal), and records the exact-answer rate of each step and evaluation."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.progress: Optional[Progress] = None
-            self.bar: Optional[TaskID] = None
-            self.train_started: Optional[float] = None
-            self.val_results: Dict[int, Dict[str, float]] = {}
-            self.log_lines = not sys.stdout.isatty()
-
-        async def _publish_resources(self) -> None:
-            await super()._publish_resources()
-            assert self.server is not None
-            llm = self.server.as_resource(
-                {"temperature": self.config.temperature, "max_tokens": self.config.max_new_tokens}
-            )
-            initial = dict(self.get_initial_resources() or {})
-            await self.get_store().update_resources(_SAMPLED_VAL_RESOURCES_ID, {**initial, self.llm_resource_name: llm})
-
-        async def rewards_of(self, mode: str, step: int, sample: Optional[int] = None) -> List[float]:
-            """Final rewards of the succeeded rollouts of `mode` enqueued at `step` (read back from the store)."""
-            store = self.get_store()
-            rewards: List[float] = []
-            for rollout in await store.query_rollouts(status_in=["succeeded"]):
-                meta = rollout.metadata or {}
-                if rollout.mode != mode or meta.get("grpo_step") != step:
-                    continue
-                if sample is not None and meta.get("grpo_sample") != sample:
-                    continue
-                reward = find_final_reward(await store.query_spans(rollout.rollout_id, "latest"))
-                rewards.append(0.0 if reward is None else reward)
-            return rewards
-
-        async def _watch(self, mode: str, step: int, total: int, label: str) -> None:
-            """Show finished/total rollouts until cancelled: in the bar, and as a line every ~15 s off a terminal."""
-            store = self.get_store()
-            began = time.perf_counter()
-            last_line = 0.0
-            while True:
-                done = 0
-                for rollout in await store.query_rollouts(status_in=["succeeded", "failed", "cancelled"]):
-                    meta = rollout.metadata or {}
-                    done += rollout.mode == mode and meta.get("grpo_step") == step
-                self._describe(f"{label}: {done}/{total} rollouts")
-                now = time.perf_counter()
-                if self.log_lines and now - last_line >= 15.0:
-                    last_line = now
-                    print(f"  {label}: {done}/{total} rollouts done ({now - began:.0f} s)", flush=True)
-                await asyncio.sleep(2.0)
-
-        def _describe(self, text: str) -> None:
-            if self.progress is not None and self.bar is not None:
-                self.progress.update(self.bar, description=text)
-
-        def _advance(self, text: str) -> None:
-            if self.progress is not None and self.bar is not None:
-                self.progress.update(self.bar, advance=1, description=text)
-
-        def _print(self, text: str) -> None:
-            if self.progress is not None and not self.log_lines:
-                self.progress.console.print(text)
-            else:
-                print(text, flush=True)
-
-        async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
-            """Each held-out task twice: greedy (temperature 0) and sampled (the training temperature)."""
-            assert self.learner is not None
-            step = self.learner.global_step
-            label = "validation (before training)" if step == 0 else f"validation (after step {step})"
-            tasks = len(val_dataset)
-            watcher = asyncio.ensure_future(self._watch("val", step, 2 * tasks, label))
-            began = time.perf_counter()
-            try:
-                greedy = {(i, _GREEDY): val_dataset[i] for i in range(tasks)}
-                sampled = {(i, _SAMPLED): val_dataset[i] for i in range(tasks)}
-                enqueued = {
-                    **await self._enqueue(greedy, step, mode="val", resources_id="grpo-val"),
-                    **await self._enqueue(sampled, step, mode="val", resources_id=_SAMPLED_VAL_RESOURCES_ID),
-                }
-                await self._wait(list(enqueued.values()))
-            finally:
-                watcher.cancel()
-            result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
-            for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
-                rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
-                result[f"{name}_reward"] = sum(rewards) / max(1, tasks)
-                result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
-                result[f"{name}_finished"] = float(len(rewards))
-            self.val_results[step] = result
-            unfinished = 2 * tasks - int(result["greedy_finished"] + result["sampled_finished"])
-            if unfinished:
-                self._print(
-                    f"warning: {unfinished} of {2 * tasks} validation rollouts did not succeed within "
-                    f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
-                )
-            self._print(
-                f"{label}: exact answers greedy {result['greedy_exact']:.0%}, sampled {result['sampled_exact']:.0%} "
-                f"of {tasks} held-out tasks (reward {result['greedy_reward']:.3f} / {result['sampled_reward']:.3f}, "
-                f"{result['time_s']:.0f} s)"
-            )
-            self._advance(f"{label} done")
-            return {
-                "val_reward_mean": result["greedy_reward"],
-                "val_exact_accuracy": result["greedy_exact"],
-                "val_sampled_reward_mean": result["sampled_reward"],
-                "val_sampled_exact_accuracy": result["sampled_exact"],
-                "val_rollouts": float(2 * tasks),
-            }
-
-        async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
-            assert self.learner is not None
-            cfg = self.config
-            step = self.learner.global_step
-            label = f"step {step + 1}/{cfg.total_steps}"
-            if self.train_started is None:
-                self.train_started = time.perf_counter()
-            watcher = asyncio.ensure_future(self._watch("train", step, cfg.batch_size * cfg.group_size, label))
-            try:
-                metrics = await super().train_step(train_dataset, reuse_store=reuse_store)
-            finally:
-                watcher.cancel()
-            rewards = await self.rewards_of("train", step)
-            exact = sum(r >= 1.0 for r in rewards) / max(1, len(rewards))
-            metrics["exact_rate"] = exact
-            self._print(
-                f"step {step + 1:>2}/{cfg.total_steps}: train reward {metrics['reward_mean']:.3f} "
-                f"(+-{metrics['reward_std']:.2f}), exact {exact:.0%}, {int(metrics['transitions'])} LLM calls in "
-                f"{int(metrics['rows'])} rows, {metrics['trained_tokens_per_rollout']:.0f} trained tokens/rollout, "
-                f"rollouts {metrics['rollouts'] - metrics['rollouts_failed']:.0f}/{metrics['rollouts']:.0f}, "
-                f"{metrics['step_time_s']:.0f} s "
-                + (
-                    "(no reward differences: update skipped)"
-                    if metrics.get("update_skipped")
-                    else f"(train {metrics['train_time_s']:.0f} s)"
-                )
-            )
-            per_step = (time.perf_counter() - self.train_started) / (step + 1)
-            eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
-            if self.progress is not None and self.bar is not None:
-                self.progress.update(self.bar, advance=1, description=f"trained {step + 1} steps", eta=eta)
-            return metrics
-
-    return DemoGRPO
 
 
 def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
@@ -379,23 +276,23 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     train_tasks = load_tasks("train")
     val_tasks = load_tasks("val")[: args.val_limit]
     metrics_path = output_dir / "metrics.jsonl"
-    config = grpo_config(args, metrics_path)
-    algorithm_class: Any = _make_algorithm_class()
-    if model is not None:
-        algorithm = algorithm_class(config, model=model, tokenizer=tokenizer)
-    else:
-        algorithm = algorithm_class(config, model=args.model)
+    grpo, rft = build_algorithms(args, metrics_path, model=model, tokenizer=tokenizer)
     store_path = output_dir / "store.db"
     store: LightningStore = SqliteLightningStore(store_path, scan_debounce_seconds=5.0)
     trainer = agl.Trainer(
-        algorithm=algorithm,
+        algorithm=grpo if rft is None else [rft, grpo],  # with a warm start GRPO continues from RFT's weights
         store=store,
         n_runners=args.n_runners,
         port=args.port or _free_port(),
         runner={"poll_interval": 0.1},
     )
+    warm = (
+        ""
+        if rft is None
+        else f"RFT warm start ({args.rft_rounds} x {args.rft_tasks} tasks x {args.rft_group_size}), then "
+    )
     print(
-        f"GRPO demo: model={args.model if model is None else type(model).__name__}, {args.steps} steps x "
+        f"GRPO demo: model={args.model if model is None else type(model).__name__}, {warm}{args.steps} steps x "
         f"{args.batch_size} tasks x {args.group_size} rollouts, {args.n_runners} runner processes, "
         f"{len(val_tasks)} held-out tasks, output in {output_dir}/",
         flush=True,
@@ -409,14 +306,17 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         TextColumn("ETA"),
         TextColumn("{task.fields[eta]}"),
     )
-    algorithm.progress = progress
+    stages = [grpo] if rft is None else [rft, grpo]
     with progress:
-        # Steps plus the two validation passes (before and after training).
-        algorithm.bar = progress.add_task("loading the model", total=args.steps + 2, eta="?")
+        # Steps plus the validation passes: before and after training (and after the warm start).
+        total = args.steps + 2 + (0 if rft is None else args.rft_rounds + 1)
+        bar = progress.add_task("loading the model", total=total, eta="?")
+        for stage in stages:
+            stage.progress, stage.bar, stage.clock_start = progress, bar, began
         trainer.fit(calculator_agent, train_dataset=train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
-    if args.save_model and algorithm.learner is not None:
-        algorithm.learner.export_model(output_dir / "model")
-    summary = _summary(args, algorithm, time.perf_counter() - began, store_path, metrics_path)
+    if args.save_model and grpo.learner is not None:
+        grpo.learner.export_model(output_dir / "model")
+    summary = _summary(args, grpo, rft, time.perf_counter() - began, store_path, metrics_path)
     plot_demo_curve(metrics_path, output_dir / "reward_curve.png", "GRPO on the calculator task (SmolLM2-135M, CPU)")
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_summary(summary, output_dir)
@@ -424,11 +324,37 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     return summary
 
 
+def build_algorithms(
+    args: argparse.Namespace, metrics_path: Path, *, model: Any = None, tokenizer: Any = None
+) -> Tuple[Any, Any]:
+    """`(DemoGRPO, DemoRFT or None)`: the RFT warm start only with `--warm-start rft`."""
+    grpo_class, rft_class = make_algorithm_classes()
+    source: Dict[str, Any] = {"model": args.model} if model is None else {"model": model, "tokenizer": tokenizer}
+    grpo: Any = grpo_class(grpo_config(args, metrics_path), **source)
+    if args.warm_start != "rft":
+        return grpo, None
+    rft: Any = rft_class(rft_config(args, metrics_path.with_name("rft_metrics.jsonl")), **source)
+    grpo.after_warm_start = True
+    return grpo, rft
+
+
+def _warm_start_summary(rft: Any) -> Dict[str, Any]:
+    rounds = [r for r in rft.history if "selected_rollouts" in r]
+    return {
+        "method": "rft",
+        "rounds": len(rounds),
+        "rollouts": int(sum(r["rollouts"] for r in rounds)),
+        "selected_rollouts": int(sum(r["selected_rollouts"] for r in rounds)),
+        "train_exact_per_round": [round(r.get("exact_rate", 0.0), 4) for r in rounds],
+        "seconds": round(sum(r["step_time_s"] for r in rounds), 1),
+    }
+
+
 def _summary(
-    args: argparse.Namespace, algorithm: Any, wall_s: float, store_path: Path, metrics_path: Path
+    args: argparse.Namespace, algorithm: Any, rft: Any, wall_s: float, store_path: Path, metrics_path: Path
 ) -> Dict[str, Any]:
     val: Dict[int, Dict[str, float]] = algorithm.val_results
-    before = val.get(0, {})
+    before = val.get(0, {}) if rft is None else rft.val_results.get(0, {})  # the untrained model either way
     after = val.get(args.steps, {})
     history: Sequence[Dict[str, Any]] = algorithm.history
     train = [r for r in history if "reward_mean" in r]
@@ -489,6 +415,13 @@ def _summary(
         }
         | {"quick": bool(args.quick), "cpu_count": os.cpu_count(), "load_average": list(os.getloadavg())},
         "outputs": {"store": str(store_path), "metrics": str(metrics_path)},
+        "warm_start": None if rft is None else {**_warm_start_summary(rft), "val_after": val.get(0, {})},
+        "held_out_greedy_exact_by_time": [
+            {"elapsed_s": round(result["elapsed_s"], 1), "greedy_exact": round(result["greedy_exact"], 4)}
+            for result in sorted(
+                [*(rft.val_results.values() if rft is not None else []), *val.values()], key=lambda r: r["elapsed_s"]
+            )
+        ],
     }
 
 

@@ -291,9 +291,9 @@ async def seed_store(
         if i == n_train // 2:
             for _ in range(n_val // 2):
                 await finished("val", round(min(1.0, max(0.0, rng.gauss(0.35, 0.15))), 2))
-            v2 = await store.add_resources(
-                {"prompt": PromptTemplate(template=PROMPT_V2, engine="f-string"), "llm": llm}
-            )
+            # Extra fields, as GEPA attaches to the templates of its Pareto front; the dashboard lists them.
+            v2_prompt = PromptTemplate(template=PROMPT_V2, engine="f-string", val_score=0.75, parents=[0])
+            v2 = await store.add_resources({"prompt": v2_prompt, "llm": llm})
             seeded.resources_ids.append(v2.resources_id)
             clock.advance(5)
         progress = i / max(1, n_train - 1)

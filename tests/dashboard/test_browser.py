@@ -330,6 +330,10 @@ def test_resources_page_shows_templates_and_diff(page: Page, server: StoreProces
     expect(rows.first).to_have_attribute("data-resources-id", latest)
     expect(rows.first).to_contain_text("latest")
     expect(page.locator("#resource-detail pre.template")).to_have_text(PROMPT_V2)
+    extras = page.locator("#resource-detail .resource-extras")
+    expect(extras).to_contain_text("val_score")
+    expect(extras).to_contain_text("0.75")
+    expect(extras).to_contain_text("[0]")
     diff = page.locator("#resource-diff")
     expect(diff.locator('[data-name="prompt"]')).to_have_attribute("data-state", "changed")
     expect(diff.locator('[data-name="llm"]')).to_have_attribute("data-state", "unchanged")
@@ -339,6 +343,7 @@ def test_resources_page_shows_templates_and_diff(page: Page, server: StoreProces
 
     rows.nth(1).click()
     expect(page.locator("#resource-detail pre.template")).to_have_text(PROMPT_V1)
+    expect(page.locator("#resource-detail .resource-extras")).to_have_count(0)
     page.select_option('select[name="diff-before"]', latest)
     page.select_option('select[name="diff-after"]', first)
     expect(diff.locator(".diff-add")).to_contain_text("You are a helpful assistant.")

@@ -28,6 +28,7 @@ _FIELD = {
 }
 _NEEDS = re.compile(r"Equipment needed: (.*)")
 _TEMPLATE = re.compile(r"<prompt_template>\n(?P<template>.*?)\n</prompt_template>", re.DOTALL)
+_FENCED = re.compile(r"```\n(?P<template>.*?)\n```", re.DOTALL)
 
 
 class RoomWorld:
@@ -55,6 +56,10 @@ class RoomWorld:
             match = _TEMPLATE.search(messages[0]["content"])
             template = match.group("template") if match else ""
             return template + "\nPrefer the smallest free room that fits everyone."
+        if model == "reflector":  # GEPA's reflection: the current instruction is its prompt's first ``` block
+            current = _FENCED.search(messages[0]["content"])
+            template = current.group("template") if current else ""
+            return f"```\n{template}\nPrefer the smallest free room that fits everyone.\n```"
         first = str(messages[0].get("content") or "")
         if messages[-1]["role"] == "tool":
             attendees = int(_FIELD["attendees"].search(first).group(1))  # type: ignore[union-attr]
@@ -121,6 +126,23 @@ def test_room_selector_apo_improves_the_prompt(server: OpenAITestServer, world: 
     critic_prompt = world.requests["critic"][0]["messages"][0]["content"]
     assert "(calls get_rooms_and_availability(" in critic_prompt and '"capacity":' in critic_prompt
     assert "APO best prompt: v1" in completed.stdout and "Report written to apo_report.json" in completed.stdout
+
+
+@pytest.mark.slow
+def test_room_selector_gepa_finds_the_policy_hint_within_its_budget(
+    server: OpenAITestServer, world: RoomWorld, tmp_path: Path
+) -> None:
+    args = ["--agent-model", "agent", "--reflection-model", "reflector", "--max-rollouts", "24", "--max-tasks", "16"]
+    args += ["--minibatch-size", "2", "--n-runners", "2", "--poll-interval", "0.05", "--strategy", "shm"]
+    completed = run_script("room_selector_gepa.py", args, server, tmp_path)
+    assert "GEPA stopped (rollouts: " in completed.stdout
+    best = completed.stdout.split("GEPA best prompt:\n", 1)[1]
+    assert "Prefer the smallest free room" in best
+    for placeholder in ("{date}", "{time}", "{duration_min}", "{attendees}", "{needs}", "{accessible_required}"):
+        assert placeholder in best
+    # The reflection model saw the agent's tool calls and the rewards, read back from the stored spans.
+    reflection_prompt = world.requests["reflector"][0]["messages"][0]["content"]
+    assert "-> tool call get_rooms_and_availability(" in reflection_prompt and "Reward: " in reflection_prompt
 
 
 @pytest.mark.slow

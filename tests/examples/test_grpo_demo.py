@@ -96,3 +96,43 @@ def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsy
     assert modes == {"val": 16, "train": 8}
     assert llm_spans >= 24
     assert all(count >= 1 for _mode, count in with_tokens)
+
+
+def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, tokenizer = tiny_model(seed=0)
+    model.config.max_position_embeddings = 2048
+    argv = ["--quick", "--warm-start", "rft", "--val-limit", "2", "--output-dir", str(tmp_path / "demo")]
+    summary = train_calculator.run_demo(
+        train_calculator.build_parser().parse_args(argv), model=model, tokenizer=tokenizer
+    )
+
+    warm = summary["warm_start"]
+    assert warm["method"] == "rft" and warm["rounds"] == 1 and warm["rollouts"] == 4  # 2 tasks x 2 rollouts
+    assert 0 <= warm["selected_rollouts"] <= 2 and set(warm["val_after"]) >= {"greedy_exact", "sampled_exact"}
+    assert summary["steps"] == 2 and summary["settings"]["warm_start"] == "rft"
+    # Held out: the untrained model (before RFT), after the warm start, after GRPO, in time order.
+    timeline = summary["held_out_greedy_exact_by_time"]
+    assert len(timeline) == 3 and [p["elapsed_s"] for p in timeline] == sorted(p["elapsed_s"] for p in timeline)
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("warm start (RFT) round 1/1: ") for line in lines)
+    assert any(line.startswith("validation (after the warm start): ") for line in lines)
+    assert (tmp_path / "demo" / "rft_metrics.jsonl").exists()
+
+    async def tags() -> list[tuple[str, str]]:
+        store = SqliteLightningStore(tmp_path / "demo" / "store.db")
+        try:
+            found = []
+            for rollout in await store.query_rollouts():
+                stage = "rft" if "rft_round" in (rollout.metadata or {}) else "grpo"
+                found.append((stage, str(rollout.mode)))
+            return found
+        finally:
+            await store.close()
+
+    found = asyncio.run(tags())
+    # RFT: 4 train rollouts and the untrained model's held-out pass (2 tasks greedy + sampled); no pass after
+    # its last round (GRPO's first one evaluates the same weights). GRPO: 2 steps x 2 x 2, two held-out passes.
+    assert found.count(("rft", "train")) == 4 and found.count(("rft", "val")) == 4
+    assert found.count(("grpo", "train")) == 8 and found.count(("grpo", "val")) == 8

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from typing import Any
 
 import httpx
@@ -238,3 +240,39 @@ def test_swap_weights_lets_running_requests_finish_then_serves_the_new_version()
                 server.drain(timeout=0.1)
             finally:
                 server.gate.exit()
+
+
+def test_a_client_that_goes_away_frees_its_generation_at_once() -> None:
+    """A non-streamed request whose client disconnects is cancelled: its slot is free and decoding stops."""
+    model, tokenizer = tiny_model()
+    with PolicyServer(model, tokenizer, model_name="tiny", max_batch_size=2) as server:
+        engine = server.engine
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 400, "ignore_eos": True}
+        outcome: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                httpx.post(server.endpoint + "/chat/completions", json=body, timeout=1.0)
+            except httpx.ReadTimeout as exc:
+                outcome.append(exc)
+
+        client = threading.Thread(target=call)
+        client.start()
+        for _ in range(300):  # bounded wait for the generation to start
+            if engine.active_sequences:
+                break
+            time.sleep(0.01)
+        with engine.exclusive():  # hold decoding until the client has given up and the server noticed
+            client.join(30)
+            time.sleep(1.0)
+        assert outcome and isinstance(outcome[0], httpx.ReadTimeout)
+        for _ in range(100):
+            if engine.active_sequences == 0:
+                break
+            time.sleep(0.05)
+        assert engine.active_sequences == 0
+        steps = engine.steps_run
+        time.sleep(0.3)
+        assert engine.steps_run == steps, "decoding went on for a client that left"
+        quick = httpx.post(server.endpoint + "/chat/completions", json={**body, "max_tokens": 2}, timeout=60)
+        assert quick.status_code == 200

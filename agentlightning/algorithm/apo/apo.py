@@ -12,19 +12,18 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from rich.console import Console
 
 from agentlightning.adapter.messages import TraceToMessages
-from agentlightning.store.base import LightningStore
 from agentlightning.tracking import TrackingSpec
 from agentlightning.types import Dataset, NamedResources, PromptTemplate, RolloutMode
 
 from ..base import Algorithm
+from ..state import check_run_name, load_algorithm_state, save_algorithm_state
 from ..utils import batch_iter_over_dataset
 from .display import APODisplay, RoundProgress
 from .evaluation import BatchEvaluation, evaluate_prompt_on_batch
@@ -42,6 +41,7 @@ from .report import (
     round_metrics,
     write_report,
 )
+from .resume import Candidate, RunState, parse_search_state, restore_search, search_state
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -51,39 +51,6 @@ __all__ = ["APO"]
 logger = logging.getLogger(__name__)
 
 PathLike = Union[str, Path]
-
-
-@dataclass
-class _Candidate:
-    version: str
-    prompt: PromptTemplate
-    parent: Optional[str]
-    round: int
-    full_val_score: Optional[float] = None
-
-
-@dataclass
-class _RunState:
-    """What one `run()` works with (kept off `self` so runs never share state)."""
-
-    store: LightningStore
-    adapter: TraceToMessages
-    resource_name: str
-    base_resources: NamedResources
-    train_batches: Iterator[list[Any]]
-    val_batches: Iterator[list[Any]]
-    val_tasks: list[Any]
-    rng: random.Random
-    report: APOReport
-    next_version: int = 0
-
-    def new_version(self) -> str:
-        version = f"v{self.next_version}"
-        self.next_version += 1
-        return version
-
-    def resources_for(self, candidate: _Candidate) -> NamedResources:
-        return {**self.base_resources, self.resource_name: candidate.prompt}
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -122,6 +89,10 @@ class APO(Algorithm):
         console: rich console for that output (default: standard output).
         tracking: experiment tracking backends for the per-round scores (`["wandb", "mlflow"]`, a
             `TrackingConfig`...; None: `AGL_TRACKING`, else none; `Trainer(tracking=...)` wins).
+        run_name: names the search in the store: its state is saved as resources `<run_name>-state` after
+            every round and the best prompt so far as `<run_name>-best`.
+        resume: continue the search of `run_name` saved in the store (after its last completed round);
+            False starts over and overwrites it.
         _poml_trace: accepted for compatibility; the meta-prompts are jinja templates, not POML.
     """
 
@@ -149,6 +120,8 @@ class APO(Algorithm):
         show_progress: bool = True,
         console: Optional[Console] = None,
         tracking: TrackingSpec = None,
+        run_name: str = "apo",
+        resume: bool = True,
         _poml_trace: bool = False,
     ) -> None:
         if async_openai_client is None:  # pyright: ignore[reportUnnecessaryComparison]
@@ -182,9 +155,12 @@ class APO(Algorithm):
         self.display = APODisplay(console, enabled=show_progress)
         self._poml_trace = _poml_trace
         self.tracking = tracking
-        self._best: Optional[_Candidate] = None
+        self.run_name = check_run_name(run_name)
+        self.resume = resume
+        self._best: Optional[Candidate] = None
         self._best_score: Optional[float] = None
         self._report: Optional[APOReport] = None
+        self._result_resources: Optional[NamedResources] = None
 
     # ---- results ----
 
@@ -197,6 +173,16 @@ class APO(Algorithm):
     def get_best_score(self) -> Optional[float]:
         """Full-validation score of `get_best_prompt()` (None if it was never validated)."""
         return self._best_score
+
+    def get_result_resources(self) -> Optional[NamedResources]:
+        """The initial resources with the best prompt in place of the seed (None before `run` ends)."""
+        return self._result_resources
+
+    def accepts_adapter(self, adapter: Any) -> bool:
+        return isinstance(adapter, TraceToMessages)
+
+    def default_adapter(self) -> TraceToMessages:
+        return TraceToMessages()
 
     def get_report(self) -> APOReport:
         """The report of the current or last run; ValueError before `run`."""
@@ -247,7 +233,11 @@ class APO(Algorithm):
         train_dataset: Optional[Dataset[Any]] = None,
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:
-        """Beam search over prompts (SPEC steps 1-7); the best prompt ends up in `get_best_prompt()`."""
+        """Beam search over prompts (SPEC steps 1-7); the best prompt ends up in `get_best_prompt()`.
+
+        With `resume` (default), a search of the same `run_name` saved in the store continues after its
+        last completed round (see `apo/resume.py`); a finished one just reports its best prompt.
+        """
         adapter = self._messages_adapter()
         train_tasks = self._dataset_items("train", train_dataset)
         val_tasks = self._dataset_items("validation", val_dataset)
@@ -255,7 +245,7 @@ class APO(Algorithm):
         store = self.get_store()
 
         rng = random.Random(self.seed)
-        state = _RunState(
+        state = RunState(
             store=store,
             adapter=adapter,
             resource_name=resource_name,
@@ -273,29 +263,19 @@ class APO(Algorithm):
                 best_template=seed_prompt.template,
             ),
         )
-        self._report = state.report
-        seed = _Candidate(version=state.new_version(), prompt=seed_prompt, parent=None, round=0)
-        state.report.candidates.append(self._candidate_record(seed))
-        self._best, self._best_score = seed, None
-
-        tracker = self.start_tracking(self.tracking, config=self._config(), run_name="apo")
+        saved = await load_algorithm_state(store, algorithm="apo", run=self.run_name) if self.resume else None
+        tracker = self.start_tracking(self.tracking, config=self._config(), run_name=self.run_name)
         try:
-            if self.run_initial_validation:
-                logger.info("APO: validating the seed prompt on %d validation tasks", len(val_tasks))
-                evaluation = await self._evaluate(state, seed, val_tasks, "val")
-                seed.full_val_score = evaluation.score
-                self._best_score = evaluation.score
-                state.report.seed_validation = EvaluationRecord.from_evaluation(seed.version, "full_val", evaluation)
-                state.report.best_score = evaluation.score
-            self.display.seed(seed.version, self._best_score, seed.prompt.template)
-            self._save(state)
-            if self._best_score is not None:
-                tracker.log_metrics({"best_score": self._best_score, "seed_val_score": self._best_score}, 0)
-
-            beam = [seed]
-            for round_index in range(1, self.beam_rounds + 1):
+            if saved is not None:
+                beam, done = self._resume(state, saved, seed_prompt, train_tasks, val_tasks)
+            else:
+                beam, done = [await self._start(state, seed_prompt)], 0
+                if self._best_score is not None:
+                    tracker.log_metrics({"best_score": self._best_score, "seed_val_score": self._best_score}, 0)
+            for round_index in range(done + 1, self.beam_rounds + 1):
                 beam = await self._round(state, beam, round_index)
                 self._save(state)
+                await self._checkpoint(state, beam, round_index)
                 tracker.log_metrics(round_metrics(state.report.rounds[-1]), round_index)
         except BaseException as exc:
             state.report.status = "failed"
@@ -310,6 +290,8 @@ class APO(Algorithm):
         state.report.finished_at = time.time()
         self._save(state)
         best = self._best
+        assert best is not None
+        self._result_resources = state.resources_for(best)
         logger.info(
             "APO finished: best prompt %s (validation score %s):\n%s",
             best.version,
@@ -318,7 +300,63 @@ class APO(Algorithm):
         )
         self.display.final(best.version, self._best_score, best.prompt.template)
 
-    async def _round(self, state: _RunState, beam: list[_Candidate], round_index: int) -> list[_Candidate]:
+    def _resume(
+        self,
+        state: RunState,
+        saved: dict[str, Any],
+        seed_prompt: PromptTemplate,
+        train_tasks: list[Any],
+        val_tasks: list[Any],
+    ) -> tuple[list[Candidate], int]:
+        """Continue the search saved in the store: returns its beam and the number of completed rounds."""
+        restored = restore_search(state, parse_search_state(saved), seed_prompt, self._config())
+        # The batch iterators drew from the generator before its state was restored: start them afresh.
+        state.train_batches = batch_iter_over_dataset(
+            cast(Dataset[Any], train_tasks), self.gradient_batch_size, rng=state.rng
+        )
+        state.val_batches = batch_iter_over_dataset(cast(Dataset[Any], val_tasks), self.val_batch_size, rng=state.rng)
+        self._report, self._best, self._best_score = state.report, restored.best, restored.best_score
+        logger.info(
+            "APO run %r resumed from the store after round %d (best %s, %s); %d rounds to go",
+            self.run_name,
+            restored.completed_rounds,
+            restored.best.version,
+            "n/a" if restored.best_score is None else f"{restored.best_score:.4f}",
+            max(0, self.beam_rounds - restored.completed_rounds),
+        )
+        return restored.beam, restored.completed_rounds
+
+    async def _start(self, state: RunState, seed_prompt: PromptTemplate) -> Candidate:
+        """A new search: the seed prompt as v0, validated on the full validation set first (if asked)."""
+        self._report = state.report
+        seed = Candidate(version=state.new_version(), prompt=seed_prompt, parent=None, round=0)
+        state.candidates[seed.version] = seed
+        state.report.candidates.append(self._candidate_record(seed))
+        self._best, self._best_score = seed, None
+        if self.run_initial_validation:
+            logger.info("APO: validating the seed prompt on %d validation tasks", len(state.val_tasks))
+            evaluation = await self._evaluate(state, seed, state.val_tasks, "val")
+            seed.full_val_score = evaluation.score
+            self._best_score = evaluation.score
+            state.report.seed_validation = EvaluationRecord.from_evaluation(seed.version, "full_val", evaluation)
+            state.report.best_score = evaluation.score
+        self.display.seed(seed.version, self._best_score, seed.prompt.template)
+        self._save(state)
+        await self._checkpoint(state, [seed], 0)
+        return seed
+
+    async def _checkpoint(self, state: RunState, beam: list[Candidate], completed_rounds: int) -> None:
+        """Save the search in the store, then publish the best prompt as `<run_name>-best` (the latest bundle)."""
+        assert self._best is not None
+        await save_algorithm_state(
+            state.store,
+            algorithm="apo",
+            run=self.run_name,
+            state=search_state(state, beam, self._best, self._best_score, completed_rounds),
+            publish_after=(f"{self.run_name}-best", state.resources_for(self._best)),
+        )
+
+    async def _round(self, state: RunState, beam: list[Candidate], round_index: int) -> list[Candidate]:
         started = time.monotonic()
         parents = self._sample_parents(beam, state.rng)
         record = RoundRecord(round=round_index, parents=[p.version for p in parents])
@@ -383,14 +421,14 @@ class APO(Algorithm):
         self.display.round_summary(record, {c.version: c.prompt.template for c in candidates})
         return new_beam
 
-    def _sample_parents(self, beam: list[_Candidate], rng: random.Random) -> list[_Candidate]:
+    def _sample_parents(self, beam: list[Candidate], rng: random.Random) -> list[Candidate]:
         """`beam_width` parents: the beam repeated when it is smaller, else a random sample of it."""
         if len(beam) < self.beam_width:
             return [beam[i % len(beam)] for i in range(self.beam_width)]
         return rng.sample(beam, self.beam_width)
 
     async def _evaluate(
-        self, state: _RunState, candidate: _Candidate, tasks: list[Any], mode: RolloutMode
+        self, state: RunState, candidate: Candidate, tasks: list[Any], mode: RolloutMode
     ) -> BatchEvaluation:
         evaluation = await evaluate_prompt_on_batch(
             state.store,
@@ -412,14 +450,14 @@ class APO(Algorithm):
         return evaluation
 
     async def _scored(
-        self, state: _RunState, candidate: _Candidate, tasks: list[Any], bar: RoundProgress, label: str
+        self, state: RunState, candidate: Candidate, tasks: list[Any], bar: RoundProgress, label: str
     ) -> BatchEvaluation:
         evaluation = await self._evaluate(state, candidate, tasks, "val")
         bar.advance(label)
         return evaluation
 
     async def _branch(
-        self, state: _RunState, parent: _Candidate, batch: list[Any], rng: random.Random, bar: RoundProgress
+        self, state: RunState, parent: Candidate, batch: list[Any], rng: random.Random, bar: RoundProgress
     ) -> BranchRecord:
         """Run the parent on a training batch, critique it and edit it; the edit is checked later."""
         record = BranchRecord(parent_version=parent.version)
@@ -460,12 +498,12 @@ class APO(Algorithm):
         return record
 
     def _accept_edits(
-        self, state: _RunState, record: RoundRecord, beam: list[_Candidate], round_index: int
-    ) -> list[_Candidate]:
+        self, state: RunState, record: RoundRecord, beam: list[Candidate], round_index: int
+    ) -> list[Candidate]:
         """Turn valid edits into new versions; reject (and log why) empty, broken or duplicate ones."""
         known = {c.prompt.template.strip(): c.version for c in beam}
         parents = {c.version: c for c in beam}
-        new_candidates: list[_Candidate] = []
+        new_candidates: list[Candidate] = []
         for branch in record.branches:
             parent = parents[branch.parent_version]
             if branch.rejected_reason is None:
@@ -479,20 +517,21 @@ class APO(Algorithm):
                 )
                 continue
             assert branch.edited_template is not None
-            candidate = _Candidate(
+            candidate = Candidate(
                 version=state.new_version(),
                 prompt=PromptTemplate(template=branch.edited_template, engine=parent.prompt.engine),
                 parent=branch.parent_version,
                 round=round_index,
             )
             branch.version = candidate.version
+            state.candidates[candidate.version] = candidate
             known[branch.edited_template.strip()] = candidate.version
             new_candidates.append(candidate)
             state.report.candidates.append(self._candidate_record(candidate, critique=branch.critique))
         return new_candidates
 
     @staticmethod
-    def _edit_problem(parent: _Candidate, edited: Optional[str], known: dict[str, str]) -> Optional[str]:
+    def _edit_problem(parent: Candidate, edited: Optional[str], known: dict[str, str]) -> Optional[str]:
         if edited is None or not edited.strip():
             return "the edited prompt is empty"
         problem = placeholder_problem(parent.prompt.template, edited, parent.prompt.engine)
@@ -503,7 +542,7 @@ class APO(Algorithm):
             return f"the edited prompt is identical to {duplicate_of}"
         return None
 
-    def _update_best(self, state: _RunState, record: RoundRecord, leader: _Candidate) -> None:
+    def _update_best(self, state: RunState, record: RoundRecord, leader: Candidate) -> None:
         score = leader.full_val_score
         improved = score is not None and (self._best_score is None or score > self._best_score)
         if improved:
@@ -526,7 +565,7 @@ class APO(Algorithm):
     # ---- report ----
 
     @staticmethod
-    def _candidate_record(candidate: _Candidate, critique: Optional[str] = None) -> CandidateRecord:
+    def _candidate_record(candidate: Candidate, critique: Optional[str] = None) -> CandidateRecord:
         return CandidateRecord(
             version=candidate.version,
             round=candidate.round,
@@ -553,7 +592,7 @@ class APO(Algorithm):
             "seed": self.seed,
         }
 
-    def _save(self, state: _RunState) -> None:
+    def _save(self, state: RunState) -> None:
         if self.report_path is None:
             return
         try:

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from agentlightning.adapter.messages import OpenAIMessages
+from agentlightning.emitter.message import get_message_value
 from agentlightning.emitter.reward import find_final_reward
 from agentlightning.store.base import LightningStore
 from agentlightning.types import EnqueueRolloutRequest, NamedResources, RolloutMode, Span
 
-__all__ = ["RolloutResult", "BatchEvaluation", "evaluate_prompt_on_batch", "UNFINISHED"]
+__all__ = ["RolloutResult", "BatchEvaluation", "evaluate_prompt_on_batch", "collect_results", "UNFINISHED"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ class RolloutResult:
     status: str
     reward: Optional[float]
     messages: list[OpenAIMessages] = field(default_factory=lambda: [])
+    errors: list[str] = field(default_factory=lambda: [])
+    """Exceptions recorded in the trace ("ValueError: ...") and the descriptions of spans that ended in error."""
+    notes: list[str] = field(default_factory=lambda: [])
+    """Messages the agent emitted (`agl.emit_message`), e.g. why an answer was graded wrong."""
 
 
 @dataclass
@@ -57,7 +62,26 @@ async def _rollout_result(
             messages = adapter(spans)
         except Exception as exc:  # a malformed trace must not cost the batch its score
             logger.warning("Could not turn the spans of rollout %s into messages: %s", rollout_id, exc)
-    return RolloutResult(rollout_id=rollout_id, task=task, status=status, reward=reward, messages=messages)
+    return RolloutResult(
+        rollout_id=rollout_id,
+        task=task,
+        status=status,
+        reward=reward,
+        messages=messages,
+        errors=_errors(spans),
+        notes=[note for note in (get_message_value(span) for span in spans) if note],
+    )
+
+
+def _errors(spans: Sequence[Span]) -> list[str]:
+    found: list[str] = []
+    for span in spans:
+        kind = span.attributes.get("exception.type")
+        if kind is not None:
+            found.append(f"{kind}: {span.attributes.get('exception.message', '')}".rstrip(": "))
+        elif span.status.status_code == "ERROR":
+            found.append(f"{span.name} failed: {span.status.description or 'no description'}")
+    return found
 
 
 async def _cancel_unfinished(store: LightningStore, rollout_ids: Sequence[str]) -> None:
@@ -88,21 +112,51 @@ async def evaluate_prompt_on_batch(
     await store.update_resources(resources_id, resources)
     requests = [EnqueueRolloutRequest(input=task, mode=mode, resources_id=resources_id) for task in tasks]
     rollouts = await store.enqueue_many_rollouts(requests)
-    rollout_ids = [rollout.rollout_id for rollout in rollouts]
-    finished = {r.rollout_id: r for r in await store.wait_for_rollouts(rollout_ids=rollout_ids, timeout=timeout)}
+    results, unfinished = await collect_results(
+        store,
+        adapter,
+        [rollout.rollout_id for rollout in rollouts],
+        tasks,
+        timeout=timeout,
+        label=f"{mode} rollouts for resources {resources_id!r}",
+    )
+    score = sum(r.reward or 0.0 for r in results) / len(results) if results else 0.0
+    return BatchEvaluation(
+        resources_id=resources_id,
+        mode=mode,
+        results=results,
+        score=score,
+        unfinished=unfinished,
+        seconds=time.monotonic() - started,
+    )
+
+
+async def collect_results(
+    store: LightningStore,
+    adapter: Optional[MessagesAdapter],
+    rollout_ids: Sequence[str],
+    tasks: Sequence[Any],
+    *,
+    timeout: Optional[float],
+    label: str,
+) -> tuple[list[RolloutResult], int]:
+    """Wait (up to `timeout` seconds) for rollouts already enqueued and read their results, in order.
+
+    Rollouts still unfinished then are logged, cancelled and get status `UNFINISHED` and no reward.
+    Returns the results and how many were unfinished.
+    """
+    finished = {r.rollout_id: r for r in await store.wait_for_rollouts(rollout_ids=list(rollout_ids), timeout=timeout)}
     unfinished_ids = [rollout_id for rollout_id in rollout_ids if rollout_id not in finished]
     if unfinished_ids:
         logger.warning(
-            "%d of %d %s rollouts for resources %r did not finish within %s s; they count as reward 0: %s",
+            "%d of %d %s did not finish within %s s; they count as reward 0: %s",
             len(unfinished_ids),
             len(rollout_ids),
-            mode,
-            resources_id,
+            label,
             timeout,
             ", ".join(unfinished_ids),
         )
         await _cancel_unfinished(store, unfinished_ids)
-
     results: list[RolloutResult] = []
     for rollout_id, task in zip(rollout_ids, tasks, strict=True):
         rollout = finished.get(rollout_id)
@@ -110,12 +164,4 @@ async def evaluate_prompt_on_batch(
             results.append(RolloutResult(rollout_id=rollout_id, task=task, status=UNFINISHED, reward=None))
         else:
             results.append(await _rollout_result(store, adapter, rollout_id, task, rollout.status))
-    score = sum(r.reward or 0.0 for r in results) / len(results) if results else 0.0
-    return BatchEvaluation(
-        resources_id=resources_id,
-        mode=mode,
-        results=results,
-        score=score,
-        unfinished=len(unfinished_ids),
-        seconds=time.monotonic() - started,
-    )
+    return results, len(unfinished_ids)

@@ -18,7 +18,7 @@ from opentelemetry import context as otel_context
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-__all__ = ["RetryPolicy", "LLMCallError", "chat_text", "is_retryable"]
+__all__ = ["RetryPolicy", "LLMCallError", "ChatReply", "chat_text", "chat_completion", "is_retryable"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,23 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, (asyncio.TimeoutError, ConnectionError))
 
 
+@dataclass(frozen=True)
+class ChatReply:
+    """The assistant text and the token usage the server reported (None when it reported none)."""
+
+    text: str
+    input_tokens: Optional[int]
+    output_tokens: Optional[int]
+
+
+def _reply_usage(response: Any) -> tuple[Optional[int], Optional[int]]:
+    usage = getattr(response, "usage", None)
+    prompt, completion = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return prompt, completion
+    return None, None
+
+
 def _reply_text(response: Any) -> str:
     choices = getattr(response, "choices", None) or []
     if not choices:
@@ -113,6 +130,31 @@ async def chat_text(
 
     Raises LLMCallError when retries run out or the error is not retryable (e.g. 401 or an unknown model).
     """
+    reply = await chat_completion(
+        client,
+        model=model,
+        messages=messages,
+        temperature=temperature,
+        retry=retry,
+        purpose=purpose,
+        sleep=sleep,
+        rng=rng,
+    )
+    return reply.text
+
+
+async def chat_completion(
+    client: AsyncOpenAI,
+    *,
+    model: str,
+    messages: list[dict[str, Any]],
+    temperature: Optional[float] = None,
+    retry: RetryPolicy = RetryPolicy(),
+    purpose: str = "LLM call",
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rng: Optional[random.Random] = None,
+) -> ChatReply:
+    """`chat_text`, with the token usage the server reported."""
     kwargs: dict[str, Any] = {"model": model, "messages": messages}
     if temperature is not None:
         kwargs["temperature"] = temperature
@@ -122,7 +164,7 @@ async def chat_text(
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             response = await client.chat.completions.create(**kwargs)
-            return _reply_text(response)
+            return ChatReply(_reply_text(response), *_reply_usage(response))
         except Exception as exc:
             failure: Exception = exc
         finally:

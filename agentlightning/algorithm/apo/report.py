@@ -109,6 +109,7 @@ class APOReport(BaseModel):
     resource_name: str
     started_at: float
     finished_at: Optional[float] = None
+    resumed_at: list[float] = Field(default_factory=lambda: [], description="when the run resumed from the store")
     seed_version: str
     seed_validation: Optional[EvaluationRecord] = None
     candidates: list[CandidateRecord] = Field(default_factory=lambda: [])

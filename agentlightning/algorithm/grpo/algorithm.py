@@ -28,6 +28,7 @@ from ..base import Algorithm
 from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
 from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups, drop_tied_groups, has_advantage
+from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_of_triplet, role_resource_name
 
@@ -42,11 +43,6 @@ __all__ = ["GRPO"]
 
 logger = logging.getLogger(__name__)
 
-_META_STEP = "grpo_step"
-_META_GROUP = "grpo_group"
-_META_SAMPLE = "grpo_sample"
-_TRAIN_RESOURCES_ID = "grpo-train"
-_VAL_RESOURCES_ID = "grpo-val"
 _LOGGED_KEYS = ["reward_mean", "reward_std", "loss", "kl", "entropy", "clip_fraction", "val_reward_mean"]
 
 
@@ -69,7 +65,7 @@ class _CollectedRollouts:
     """Metrics of the mode (async: staleness and groups)."""
 
 
-class GRPO(Algorithm):
+class GRPO(PolicyHandoff, Algorithm):
     """Group relative policy optimization of a Hugging Face causal LM, on CPU or one GPU.
 
     Args:
@@ -82,6 +78,10 @@ class GRPO(Algorithm):
         max_batch_size: rows the policy server decodes together.
         poll_interval: seconds between rollout-status polls when the store cannot block.
     """
+
+    META_STEP, META_GROUP, META_SAMPLE = "grpo_step", "grpo_group", "grpo_sample"
+    """Rollout metadata keys: the step, the group (task slot) and the sample in the group."""
+    TRAIN_RESOURCES_ID, VAL_RESOURCES_ID = "grpo-train", "grpo-val"
 
     def __init__(
         self,
@@ -102,7 +102,7 @@ class GRPO(Algorithm):
         base = config.to_dict() if config is not None else {}
         self.config = GRPOConfig.from_dict({**base, **config_overrides})
         if not isinstance(model, str) and tokenizer is None:
-            raise ValueError("GRPO got a loaded model but no tokenizer; pass tokenizer=... as well")
+            raise ValueError(f"{self.NAME} got a loaded model but no tokenizer; pass tokenizer=... as well")
         self.model_spec = model
         self.tokenizer = tokenizer
         self.llm_resource_name = llm_resource_name
@@ -160,7 +160,7 @@ class GRPO(Algorithm):
         self.server = PolicyServer(
             served if served is not None else self.learner.policy,
             tokenizer,
-            model_name=f"grpo-{self.model_spec}" if isinstance(self.model_spec, str) else "grpo-policy",
+            model_name=self.served_model_name(),
             host=self.server_host,
             port=self.server_port,
             max_batch_size=self.max_batch_size,
@@ -180,7 +180,7 @@ class GRPO(Algorithm):
         val_dataset: Optional[Dataset[Any]] = None,
     ) -> None:
         if train_dataset is None or len(train_dataset) == 0:
-            raise ValueError("GRPO needs a non-empty train_dataset; pass trainer.fit(agent, train_dataset=...)")
+            raise ValueError(f"{self.NAME} needs a non-empty train_dataset; pass trainer.fit(agent, train_dataset=...)")
         cfg = self.config
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
@@ -202,7 +202,7 @@ class GRPO(Algorithm):
                 self._record(done, metrics, writer)
                 if cfg.checkpoint_dir and (done % cfg.checkpoint_interval == 0 or done == cfg.total_steps):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
-                logger.info("GRPO %s", format_metrics(step + 1, metrics, _LOGGED_KEYS))
+                logger.info("%s %s", self.NAME, format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
             self.finish_tracking()
             await server.astop()
@@ -217,7 +217,7 @@ class GRPO(Algorithm):
             return False
         learner.load_checkpoint(checkpoint)
         server.update_weights(learner.policy)
-        logger.info("GRPO resumed from %s at step %d", checkpoint, learner.global_step)
+        logger.info("%s resumed from %s at step %d", self.NAME, checkpoint, learner.global_step)
         return True
 
     def _record(self, step: int, metrics: Dict[str, Any], writer: Optional[MetricsWriter]) -> None:
@@ -230,8 +230,8 @@ class GRPO(Algorithm):
         store = self.get_store()
         initial = dict(self.get_initial_resources() or {})
         for resources_id, temperature in (
-            (_VAL_RESOURCES_ID, self.config.val_temperature),
-            (_TRAIN_RESOURCES_ID, self.config.temperature),
+            (self.VAL_RESOURCES_ID, self.config.val_temperature),
+            (self.TRAIN_RESOURCES_ID, self.config.temperature),
         ):
             sampling = {"temperature": temperature, "max_tokens": self.config.max_new_tokens}
             llms = {self.llm_resource_name: self.server.as_resource(sampling)}
@@ -280,7 +280,7 @@ class GRPO(Algorithm):
             metrics["update_skipped"] = 0.0
         metrics.update(batch.metrics)
         metrics.update(tied_dropped)
-        returns = [_rollout_return(group, cfg.reward_fill_value) for group in batch.groups]
+        returns = [rollout_return(group, cfg.reward_fill_value) for group in batch.groups]
         generation_s = batch.generation_s
         metrics.update(
             {
@@ -307,13 +307,13 @@ class GRPO(Algorithm):
         wanted = self._step_requests(train_dataset, step)
         existing = await self._existing_rollouts(step) if reuse_store else {}
         requests = {key: task for key, task in wanted.items() if key not in existing}
-        enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        enqueued = await self._enqueue(requests, step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
         rollout_keys = {**existing, **enqueued}
         finished = await self._wait(list(rollout_keys.values()))
         # Reused rollouts may have failed against the previous run's server: replace those once.
         failed_reused = {key: wanted[key] for key, rid in existing.items() if _failed(finished.get(rid))}
         if failed_reused:
-            replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+            replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
             rollout_keys.update(replacements)
             finished.update(await self._wait(list(replacements.values())))
         wait_s = time.perf_counter() - started
@@ -331,7 +331,7 @@ class GRPO(Algorithm):
         samples = self._samples(groups, counters)
         if not samples:
             raise RuntimeError(
-                f"GRPO step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
+                f"{self.NAME} step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
                 "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
             )
         return _CollectedRollouts(groups, samples, counters, len(rollout_keys), failed, wait_s, wait_s)
@@ -429,7 +429,7 @@ class GRPO(Algorithm):
         tasks = [task for _index, task in self.tasks_for_step(train_dataset, step)]
         size = self.config.group_size
         requests = {(slot, k): tasks[slot] for slot in slots for k in range(size) if (slot, k) not in existing}
-        enqueued = await self._enqueue(requests, step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        enqueued = await self._enqueue(requests, step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
         rollout_ids = {**existing, **enqueued}
         now = time.perf_counter()
         for slot in slots:
@@ -450,7 +450,7 @@ class GRPO(Algorithm):
         if not failed:
             return False
         requests = {(group.slot, k): group.task for k in failed}
-        replacements = await self._enqueue(requests, group.step, mode="train", resources_id=_TRAIN_RESOURCES_ID)
+        replacements = await self._enqueue(requests, group.step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
         group.rollout_ids.update({k: replacements[(group.slot, k)] for k in failed})
         return True
 
@@ -526,7 +526,7 @@ class GRPO(Algorithm):
         assert self.learner is not None
         requests = {(i, 0): val_dataset[i] for i in range(len(val_dataset))}
         step = self.learner.global_step
-        enqueued = await self._enqueue(requests, step, mode="val", resources_id=_VAL_RESOURCES_ID)
+        enqueued = await self._enqueue(requests, step, mode="val", resources_id=self.VAL_RESOURCES_ID)
         finished = await self._wait(list(enqueued.values()))
         rewards: List[float] = []
         for rollout_id in enqueued.values():
@@ -555,7 +555,7 @@ class GRPO(Algorithm):
                     mode=mode,
                     resources_id=resources_id,
                     config=config,
-                    metadata={_META_STEP: step, _META_GROUP: key[0], _META_SAMPLE: key[1]},
+                    metadata={self.META_STEP: step, self.META_GROUP: key[0], self.META_SAMPLE: key[1]},
                 )
                 for key in keys
             ]
@@ -567,10 +567,10 @@ class GRPO(Algorithm):
         found: Dict[Tuple[int, int], str] = {}
         for rollout in await self.get_store().query_rollouts():
             meta = rollout.metadata or {}
-            if rollout.mode == "train" and meta.get(_META_STEP) == step and rollout.status != "failed":
-                found.setdefault((int(meta[_META_GROUP]), int(meta[_META_SAMPLE])), rollout.rollout_id)
+            if rollout.mode == "train" and meta.get(self.META_STEP) == step and rollout.status != "failed":
+                found.setdefault((int(meta[self.META_GROUP]), int(meta[self.META_SAMPLE])), rollout.rollout_id)
         if found:
-            logger.info("GRPO step %d: reusing %d rollouts found in the store", step + 1, len(found))
+            logger.info("%s step %d: reusing %d rollouts found in the store", self.NAME, step + 1, len(found))
         return found
 
     async def _wait(self, rollout_ids: List[str]) -> Dict[str, Rollout]:
@@ -620,7 +620,8 @@ def _failed(rollout: Optional[Rollout]) -> bool:
     return rollout is not None and rollout.status in ("failed", "cancelled")
 
 
-def _rollout_return(rollout: RolloutTriplets, fill_value: float) -> float:
+def rollout_return(rollout: RolloutTriplets, fill_value: float) -> float:
+    """A rollout's return: the sum of its calls' rewards (the final reward replacing the last call's)."""
     rewards = [t.reward for t in rollout.triplets]
     if rollout.final_reward is not None:
         rewards = rewards[:-1] + [rollout.final_reward] if rewards else [rollout.final_reward]

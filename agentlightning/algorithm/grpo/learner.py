@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Seq
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
 from .batch import Sample, TokenBatch, collate, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
-from .loss import grpo_loss, token_logprobs
+from .loss import Objective, grpo_loss, nll_loss, token_logprobs
 from .prefix import forward_logits, pad_left
 
 if TYPE_CHECKING:
@@ -164,7 +164,9 @@ class GRPOLearner:
 
     # Update ------------------------------------------------------------------------------------------
 
-    def step(self, samples: Sequence[Sample], *, off_policy: bool = False) -> Dict[str, float]:
+    def step(
+        self, samples: Sequence[Sample], *, off_policy: bool = False, objective: Objective = "grpo"
+    ) -> Dict[str, float]:
         """One GRPO update over `samples` (`epochs_per_batch` passes); returns the step's metrics.
 
         With roles, each role's samples update only that role's adapter, with its own optimizer; the
@@ -174,13 +176,19 @@ class GRPOLearner:
         them first (pi_prox, the ratio's denominator), and each token's loss is scaled by the truncated
         importance weight min(pi_prox / pi_behaviour, `is_ratio_cap`), pi_behaviour being the logprobs
         recorded at sampling time.
+
+        `objective="nll"` (rejection-sampling fine-tuning): a supervised update instead, the negative
+        log-likelihood at temperature 1 of the samples' trained tokens (`loss.nll_loss`); advantages,
+        logprobs recorded at sampling time, `off_policy` and the KL term play no part.
         """
+        if objective not in ("grpo", "nll"):
+            raise ValueError(f"objective must be 'grpo' or 'nll', got {objective!r}")
         if not samples:
             raise ValueError("GRPO step got no samples; check that rollouts produced triplets with token ids")
         if self.roles:
-            metrics = self._step_roles(samples, off_policy)
+            metrics = self._step_roles(samples, off_policy, objective)
         else:
-            metrics = self._update(samples, off_policy, self.optimizer, self.trainable_parameters)
+            metrics = self._update(samples, off_policy, self.optimizer, self.trainable_parameters, objective)
         self.global_step += 1
         return metrics
 
@@ -195,7 +203,7 @@ class GRPOLearner:
             "train_time_s": 0.0,
         }
 
-    def _step_roles(self, samples: Sequence[Sample], off_policy: bool) -> Dict[str, float]:
+    def _step_roles(self, samples: Sequence[Sample], off_policy: bool, objective: Objective) -> Dict[str, float]:
         from ...serving.adapters import active_adapter
 
         unknown = sorted({str(s.role) for s in samples if s.role not in self.role_optimizers})
@@ -207,7 +215,9 @@ class GRPOLearner:
             if not mine:
                 continue
             with active_adapter(self.policy, role):
-                per_role[role] = self._update(mine, off_policy, self.role_optimizers[role], self.role_parameters[role])
+                per_role[role] = self._update(
+                    mine, off_policy, self.role_optimizers[role], self.role_parameters[role], objective
+                )
         combined: Dict[str, float] = {}
         for key in next(iter(per_role.values())):
             values = [m[key] for m in per_role.values() if key in m]
@@ -222,13 +232,17 @@ class GRPOLearner:
         off_policy: bool,
         optimizer: torch.optim.Optimizer,
         parameters: List[torch.nn.Parameter],
+        objective: Objective = "grpo",
     ) -> Dict[str, float]:
         import torch
 
         cfg = self.config
         started = time.perf_counter()
+        supervised = objective == "nll"
+        off_policy = off_policy and not supervised
+        temperature = 1.0 if supervised else cfg.temperature
         prepared = [truncate_sample(s, cfg.max_prompt_length, cfg.max_response_length) for s in samples]
-        missing = [i for i, s in enumerate(prepared) if s.old_logprobs is None]
+        missing = [] if supervised else [i for i, s in enumerate(prepared) if s.old_logprobs is None]
         if missing:
             for i, logprobs in zip(missing, self.score([prepared[i] for i in missing]), strict=False):
                 prepared[i] = replace(prepared[i], old_logprobs=logprobs)
@@ -245,7 +259,7 @@ class GRPOLearner:
                         is_stats["capped"] += float(weight >= cfg.is_ratio_cap)
                         is_stats["tokens"] += 1.0
                 prepared[i] = replace(sample, old_logprobs=prox, is_weights=weights)
-        use_reference = cfg.kl_coef > 0
+        use_reference = cfg.kl_coef > 0 and not supervised
         if use_reference:
             prepared = [
                 replace(s, ref_logprobs=r) for s, r in zip(prepared, self.score(prepared, reference=True), strict=False)
@@ -281,31 +295,43 @@ class GRPOLearner:
                         logits, offset = self._logits(self.policy, batch)
                         ids = batch.input_ids[:, offset:]
                         if cfg.entropy_coef:
-                            logprobs, entropy = token_logprobs(logits, ids, cfg.temperature, with_entropy=True)
+                            logprobs, entropy = token_logprobs(logits, ids, temperature, with_entropy=True)
                         else:
-                            logprobs, _ = token_logprobs(logits, ids, cfg.temperature)
+                            logprobs, _ = token_logprobs(logits, ids, temperature)
                             with torch.no_grad():
-                                _, entropy = token_logprobs(logits.detach(), ids, cfg.temperature, with_entropy=True)
+                                _, entropy = token_logprobs(logits.detach(), ids, temperature, with_entropy=True)
                         logprobs = pad_left(logprobs, offset)
                         entropy = pad_left(entropy, offset) if entropy is not None else None
-                        out = grpo_loss(
-                            logprobs,
-                            batch.old_logprobs,
-                            batch.token_advantages,
-                            batch.response_mask,
-                            clip_eps_low=cfg.clip_eps_low,
-                            clip_eps_high=cfg.clip_eps_high,
-                            ref_logprobs=batch.ref_logprobs if use_reference else None,
-                            kl_coef=cfg.kl_coef,
-                            entropy=entropy,
-                            entropy_coef=cfg.entropy_coef,
-                            aggregation=cfg.loss_aggregation,
-                            num_tokens=num_tokens,
-                            num_sequences=float(len(members)),
-                            row_weights=batch.row_weights,
-                            total_weight=total_weight,
-                            is_weights=batch.is_weights if off_policy else None,
-                        )
+                        if supervised:
+                            out = nll_loss(
+                                logprobs,
+                                batch.response_mask,
+                                entropy=entropy,
+                                aggregation=cfg.loss_aggregation,
+                                num_tokens=num_tokens,
+                                num_sequences=float(len(members)),
+                                row_weights=batch.row_weights,
+                                total_weight=total_weight,
+                            )
+                        else:
+                            out = grpo_loss(
+                                logprobs,
+                                batch.old_logprobs,
+                                batch.token_advantages,
+                                batch.response_mask,
+                                clip_eps_low=cfg.clip_eps_low,
+                                clip_eps_high=cfg.clip_eps_high,
+                                ref_logprobs=batch.ref_logprobs if use_reference else None,
+                                kl_coef=cfg.kl_coef,
+                                entropy=entropy,
+                                entropy_coef=cfg.entropy_coef,
+                                aggregation=cfg.loss_aggregation,
+                                num_tokens=num_tokens,
+                                num_sequences=float(len(members)),
+                                row_weights=batch.row_weights,
+                                total_weight=total_weight,
+                                is_weights=batch.is_weights if off_policy else None,
+                            )
                         out.loss.backward()
                         step_loss += float(out.loss.item())
                         count = float(batch.response_mask.sum().item())

@@ -19,12 +19,15 @@ and the loss is aggregated over the trained tokens of an optimizer step in one o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING, Literal, Optional, Tuple
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GRPOLossOutput", "token_logprobs", "grpo_loss", "aggregate"]
+__all__ = ["GRPOLossOutput", "Objective", "token_logprobs", "grpo_loss", "nll_loss", "aggregate"]
+
+Objective = Literal["grpo", "nll"]
+"""What a learner update minimises: the GRPO objective, or the supervised negative log-likelihood (RFT)."""
 
 
 @dataclass
@@ -155,4 +158,43 @@ def grpo_loss(
         entropy=token_mean(entropy) if entropy is not None else torch.zeros(()),
         clip_fraction=token_mean((pg_clipped > pg_unclipped).float()),
         ratio=token_mean(ratio),
+    )
+
+
+def nll_loss(
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    entropy: Optional[torch.Tensor] = None,
+    aggregation: str = "token-mean",
+    num_tokens: Optional[float] = None,
+    num_sequences: Optional[float] = None,
+    row_weights: Optional[torch.Tensor] = None,
+    total_weight: Optional[float] = None,
+) -> GRPOLossOutput:
+    """Supervised fine-tuning on selected samples (rejection sampling): -log pi_theta(x_t) over the trained
+    tokens, aggregated like `grpo_loss`. `pg_loss` reports the token-mean NLL; `entropy` is only logged."""
+    import torch
+
+    num_tokens = float(mask.sum().item()) if num_tokens is None else num_tokens
+    num_sequences = float(mask.shape[0]) if num_sequences is None else num_sequences
+    nll = -logprobs * mask
+    loss = aggregate(
+        nll,
+        mask,
+        aggregation,
+        num_tokens=num_tokens,
+        num_sequences=num_sequences,
+        row_weights=row_weights,
+        total_weight=total_weight,
+    )
+    denominator = mask.sum().clamp(min=1.0)
+    zero = torch.zeros(())
+    return GRPOLossOutput(
+        loss=loss,
+        pg_loss=(nll.detach().sum() / denominator).detach(),
+        kl=zero,
+        entropy=((entropy.detach() * mask).sum() / denominator).detach() if entropy is not None else zero,
+        clip_fraction=zero,
+        ratio=torch.ones(()),
     )

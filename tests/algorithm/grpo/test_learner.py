@@ -56,6 +56,21 @@ def test_a_step_changes_the_weights_and_reports_metrics() -> None:
     assert metrics["entropy"] > 0 and not learner.policy.training
 
 
+def test_a_supervised_step_makes_the_trained_tokens_more_likely_whatever_their_advantage() -> None:
+    model, tokenizer = tiny_model()
+    learner = GRPOLearner(model, tokenizer, _config(kl_coef=0.1, epochs_per_batch=3))
+    samples = [replace(s, advantage=-1.0) for s in _samples()]  # a policy gradient would push these down
+    before = [sum(values) for values in learner.score(samples)]
+    metrics = learner.step(samples, objective="nll")
+    after = [sum(values) for values in learner.score(samples)]
+    assert sum(after) > sum(before) + 0.1
+    # Nothing of the policy gradient is used: no recomputed old logprobs, no reference copy scored.
+    assert metrics["old_logprobs_recomputed"] == 0 and metrics["kl"] == 0.0 and metrics["optimizer_steps"] == 3
+    assert metrics["pg_loss"] == pytest.approx(-sum(before) / sum(len(s.response_ids) for s in samples), rel=0.2)
+    with pytest.raises(ValueError, match="objective must be 'grpo' or 'nll'"):
+        learner.step(samples, objective="sft")  # type: ignore[arg-type]
+
+
 def test_served_token_ids_and_logprobs_are_exactly_what_is_trained_on() -> None:
     model, tokenizer = tiny_model()
     config = _config(temperature=0.7)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentlightning.algorithm.grpo.loss import aggregate, grpo_loss, token_logprobs
+from agentlightning.algorithm.grpo.loss import aggregate, grpo_loss, nll_loss, token_logprobs
 
 pytestmark = pytest.mark.train
 
@@ -137,3 +137,16 @@ def test_rollout_mean_weighs_every_rollout_equally_by_hand() -> None:
         for s in (slice(0, 1), slice(1, 3))
     )
     assert parts.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_nll_loss_is_the_mean_negative_log_likelihood_of_the_trained_tokens() -> None:
+    logprobs = torch.tensor([[0.0, -1.0, -3.0], [0.0, -2.0, -50.0]], requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])  # prompt and padding positions do not count
+    out = nll_loss(logprobs, mask, aggregation="token-mean")
+    assert out.loss.item() == pytest.approx((1.0 + 3.0 + 2.0) / 3)
+    assert out.pg_loss.item() == pytest.approx(2.0) and out.kl.item() == 0.0 and out.ratio.item() == 1.0
+    out.loss.backward()
+    assert logprobs.grad is not None
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -1 / 3, -1 / 3], [0.0, -1 / 3, 0.0]]))
+    per_row = nll_loss(logprobs.detach(), mask, aggregation="sequence-mean")
+    assert per_row.loss.item() == pytest.approx(((1.0 + 3.0) / 2 + 2.0) / 2)

@@ -16,7 +16,13 @@ function resourceView(name, resource) {
   const type = resource.resource_type || "resource";
   let body;
   if (type === "prompt_template") {
-    body = [h("div", { class: "muted small" }, `engine: ${resource.engine}`), h("pre", { class: "template" }, resource.template)];
+    // Extra fields an algorithm attached (GEPA's front: val_score, front_examples, parents, best).
+    const extras = Object.entries(resource).filter(([key]) => !["resource_type", "template", "engine"].includes(key));
+    body = [
+      h("div", { class: "muted small" }, `engine: ${resource.engine}`),
+      extras.length ? h("div", { class: "resource-extras" }, kvTable(extras.map(([key, value]) => [key, typeof value === "object" ? JSON.stringify(value) : String(value)]))) : null,
+      h("pre", { class: "template" }, resource.template),
+    ];
   } else if (type === "llm" || type === "proxy_llm") {
     body = kvTable([
       ["Endpoint", h("code", {}, resource.endpoint)],

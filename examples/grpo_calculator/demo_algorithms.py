@@ -1,0 +1,234 @@
+"""The demo's GRPO and RFT: evaluated greedily and sampled, with a progress bar (or progress lines when stdout
+is not a terminal), recording the exact-answer rate of each step and evaluation.
+
+Imported by `train_calculator.py`; the classes are built on first use so that importing the script does not
+import torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from agentlightning.emitter import find_final_reward
+
+if TYPE_CHECKING:
+    from agentlightning.algorithm.grpo import GRPO
+    from agentlightning.algorithm.rft import RFT
+
+_GREEDY, _SAMPLED = 0, 1  # the sample slot of a validation rollout says how it decoded
+
+
+def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
+    """`(DemoGRPO, DemoRFT)`."""
+    from agentlightning.algorithm.grpo import GRPO
+    from agentlightning.algorithm.rft import RFT
+
+    class DemoProgress:
+        """What both demo algorithms add to GRPO's loop: two-way evaluation, progress, exact-answer rates."""
+
+        NAME: str
+        META_STEP: str
+        META_SAMPLE: str
+        VAL_RESOURCES_ID: str
+        config: Any
+        learner: Any
+        server: Any
+        llm_resource_name: str
+        get_store: Any
+        get_initial_resources: Any
+        _enqueue: Any
+        _wait: Any
+
+        def _init_progress(self) -> None:
+            self.progress: Any = None
+            self.bar: Any = None
+            self.clock_start = time.perf_counter()
+            """Set by the demo at its start: evaluations record their time from there (`elapsed_s`)."""
+            self.train_started: Optional[float] = None
+            self.val_results: Dict[int, Dict[str, float]] = {}
+            self.log_lines = not sys.stdout.isatty()
+
+        @property
+        def sampled_val_resources_id(self) -> str:
+            return f"{self.NAME.lower()}-val-sampled"
+
+        async def _publish_resources(self) -> None:
+            await super()._publish_resources()  # type: ignore[misc]
+            llm = self.server.as_resource(
+                {"temperature": self.config.temperature, "max_tokens": self.config.max_new_tokens}
+            )
+            initial = dict(self.get_initial_resources() or {})
+            await self.get_store().update_resources(
+                self.sampled_val_resources_id, {**initial, self.llm_resource_name: llm}
+            )
+
+        async def rewards_of(self, mode: str, step: int, sample: Optional[int] = None) -> List[float]:
+            """Final rewards of this algorithm's succeeded rollouts of `mode` enqueued at `step`."""
+            store = self.get_store()
+            rewards: List[float] = []
+            for rollout in await store.query_rollouts(status_in=["succeeded"]):
+                meta = rollout.metadata or {}
+                if rollout.mode != mode or meta.get(self.META_STEP) != step:
+                    continue
+                if sample is not None and meta.get(self.META_SAMPLE) != sample:
+                    continue
+                reward = find_final_reward(await store.query_spans(rollout.rollout_id, "latest"))
+                rewards.append(0.0 if reward is None else reward)
+            return rewards
+
+        async def _watch(self, mode: str, step: int, total: int, label: str) -> None:
+            """Show finished/total rollouts until cancelled: in the bar, and as a line every ~15 s off a terminal."""
+            store = self.get_store()
+            began = time.perf_counter()
+            last_line = 0.0
+            while True:
+                done = 0
+                for rollout in await store.query_rollouts(status_in=["succeeded", "failed", "cancelled"]):
+                    meta = rollout.metadata or {}
+                    done += rollout.mode == mode and meta.get(self.META_STEP) == step
+                self._describe(f"{label}: {done}/{total} rollouts")
+                now = time.perf_counter()
+                if self.log_lines and now - last_line >= 15.0:
+                    last_line = now
+                    print(f"  {label}: {done}/{total} rollouts done ({now - began:.0f} s)", flush=True)
+                await asyncio.sleep(2.0)
+
+        def _describe(self, text: str) -> None:
+            if self.progress is not None and self.bar is not None:
+                self.progress.update(self.bar, description=text)
+
+        def _advance(self, text: str, **fields: Any) -> None:
+            if self.progress is not None and self.bar is not None:
+                self.progress.update(self.bar, advance=1, description=text, **fields)
+
+        def _print(self, text: str) -> None:
+            if self.progress is not None and not self.log_lines:
+                self.progress.console.print(text)
+            else:
+                print(text, flush=True)
+
+        def _label(self, step: int) -> str:
+            return f"validation ({'before training' if step == 0 else f'after step {step}'})"
+
+        async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
+            """Each held-out task twice: greedy (temperature 0) and sampled (the training temperature)."""
+            step = self.learner.global_step
+            label = self._label(step)
+            tasks = len(val_dataset)
+            watcher = asyncio.ensure_future(self._watch("val", step, 2 * tasks, label))
+            began = time.perf_counter()
+            try:
+                greedy = {(i, _GREEDY): val_dataset[i] for i in range(tasks)}
+                sampled = {(i, _SAMPLED): val_dataset[i] for i in range(tasks)}
+                enqueued = {
+                    **await self._enqueue(greedy, step, mode="val", resources_id=self.VAL_RESOURCES_ID),
+                    **await self._enqueue(sampled, step, mode="val", resources_id=self.sampled_val_resources_id),
+                }
+                await self._wait(list(enqueued.values()))
+            finally:
+                watcher.cancel()
+            result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
+            for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
+                rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
+                result[f"{name}_reward"] = sum(rewards) / max(1, tasks)
+                result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
+                result[f"{name}_finished"] = float(len(rewards))
+            result["elapsed_s"] = time.perf_counter() - self.clock_start
+            self.val_results[step] = result
+            unfinished = 2 * tasks - int(result["greedy_finished"] + result["sampled_finished"])
+            if unfinished:
+                self._print(
+                    f"warning: {unfinished} of {2 * tasks} validation rollouts did not succeed within "
+                    f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
+                )
+            self._print(
+                f"{label}: exact answers greedy {result['greedy_exact']:.0%}, sampled {result['sampled_exact']:.0%} "
+                f"of {tasks} held-out tasks (reward {result['greedy_reward']:.3f} / {result['sampled_reward']:.3f}, "
+                f"{result['time_s']:.0f} s)"
+            )
+            self._advance(f"{label} done")
+            return {
+                "val_reward_mean": result["greedy_reward"],
+                "val_exact_accuracy": result["greedy_exact"],
+                "val_sampled_reward_mean": result["sampled_reward"],
+                "val_sampled_exact_accuracy": result["sampled_exact"],
+                "val_rollouts": float(2 * tasks),
+            }
+
+        async def _tracked_step(self, train_dataset: Any, reuse_store: bool, label: str) -> Dict[str, Any]:
+            """The parent's `train_step` with the progress shown and the exact-answer rate added."""
+            cfg = self.config
+            step = self.learner.global_step
+            if self.train_started is None:
+                self.train_started = time.perf_counter()
+            watcher = asyncio.ensure_future(self._watch("train", step, cfg.batch_size * cfg.group_size, label))
+            try:
+                metrics = await super().train_step(train_dataset, reuse_store=reuse_store)  # type: ignore[misc]
+            finally:
+                watcher.cancel()
+            rewards = await self.rewards_of("train", step)
+            metrics["exact_rate"] = sum(r >= 1.0 for r in rewards) / max(1, len(rewards))
+            return metrics
+
+    class DemoGRPO(DemoProgress, GRPO):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._init_progress()
+
+        def _label(self, step: int) -> str:
+            if step == 0 and getattr(self, "after_warm_start", False):
+                return "validation (after the warm start)"
+            return super()._label(step)
+
+        async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
+            cfg = self.config
+            step = self.learner.global_step
+            metrics = await self._tracked_step(train_dataset, reuse_store, f"step {step + 1}/{cfg.total_steps}")
+            self._print(
+                f"step {step + 1:>2}/{cfg.total_steps}: train reward {metrics['reward_mean']:.3f} "
+                f"(+-{metrics['reward_std']:.2f}), exact {metrics['exact_rate']:.0%}, {int(metrics['transitions'])} LLM "
+                f"calls in {int(metrics['rows'])} rows, {metrics['trained_tokens_per_rollout']:.0f} trained tokens/rollout, "
+                f"rollouts {metrics['rollouts'] - metrics['rollouts_failed']:.0f}/{metrics['rollouts']:.0f}, "
+                f"{metrics['step_time_s']:.0f} s "
+                + (
+                    "(no reward differences: update skipped)"
+                    if metrics.get("update_skipped")
+                    else f"(train {metrics['train_time_s']:.0f} s)"
+                )
+            )
+            assert self.train_started is not None
+            per_step = (time.perf_counter() - self.train_started) / (step + 1)
+            eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
+            self._advance(f"trained {step + 1} steps", eta=eta)
+            return metrics
+
+    class DemoRFT(DemoProgress, RFT):
+        """The warm start: RFT rounds before GRPO; its evaluation after the last round is GRPO's first one."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._init_progress()
+
+        async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
+            if self.learner.global_step == self.config.total_steps:
+                return {}  # GRPO evaluates these weights first thing
+            return await super().evaluate(val_dataset)
+
+        async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
+            cfg = self.config
+            step = self.learner.global_step
+            label = f"warm start (RFT) round {step + 1}/{cfg.total_steps}"
+            metrics = await self._tracked_step(train_dataset, reuse_store, label)
+            self._print(
+                f"{label}: train reward {metrics['reward_mean']:.3f}, exact {metrics['exact_rate']:.0%}, kept "
+                f"{metrics['selected_rollouts']:.0f} of {metrics['rollouts']:.0f} rollouts "
+                f"({metrics['rows_trained']:.0f} rows), {metrics['step_time_s']:.0f} s"
+                + (" (none kept: no update)" if metrics.get("update_skipped") else "")
+            )
+            self._advance(f"warm start: {step + 1} rounds")
+            return metrics
+
+    return DemoGRPO, DemoRFT
