@@ -15,6 +15,8 @@ __all__ = [
     "AGL_REWARD",
     "AGL_VIRTUAL",
     "AGL_STALE_ATTEMPT",
+    "AGL_EXCEPTION_SUMMARY",
+    "AGL_RUN",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -36,6 +38,12 @@ AGL_REWARD = "agentlightning.reward"
 AGL_VIRTUAL = "agentlightning.virtual"
 # Set (True) by the store on a span that arrived for a stale attempt (timed out, unresponsive or superseded).
 AGL_STALE_ATTEMPT = "agentlightning.stale_attempt"
+# On the `agentlightning.exception` span of an attempt that failed: the error as one line (`Type: message`,
+# plus the URL of a failed HTTP request), for run summaries and the dashboard.
+AGL_EXCEPTION_SUMMARY = "agentlightning.exception.summary"
+# Rollout metadata key: the `fit`/`dev` run that created the rollout (`<script> <start time>` by default), so
+# a store shared by several runs (and its dashboard) can keep them apart.
+AGL_RUN = "agl_run"
 
 PROMPT_TOKEN_IDS = "prompt_token_ids"
 RESPONSE_TOKEN_IDS = "response_token_ids"
