@@ -44,9 +44,18 @@ test: venv browser
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # The documentation site, built offline into site/; --strict fails on broken links and docstring problems.
+# It needs only the package and its `docs` extra: the full $(VENV) when it exists, else a small $(DOCS_VENV).
 # `make test` covers it too: tests/docs builds the site strictly and runs every Python code block.
-docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+DOCS_VENV ?= .venv-docs
+docs:
+	@if [ -x $(BIN)/mkdocs ]; then env=$(VENV); else env=$(DOCS_VENV); \
+		if [ ! -x $$env/bin/mkdocs ]; then \
+			echo "[docs] creating $$env with the docs extra only (a few minutes, first run only)"; \
+			$(PYTHON) -m venv $$env && $$env/bin/pip install --quiet -e ".[docs]" || exit 1; \
+		fi; \
+	fi; \
+	NO_MKDOCS_2_WARNING=1 $$env/bin/mkdocs build --strict --site-dir site
+	@echo "[docs] open site/index.html in a browser (it works from disk), or serve it: python3 -m http.server -d site"
 
 check: venv
 	$(BIN)/ruff check agentlightning tests benchmarks examples contrib
@@ -65,4 +74,4 @@ demo: venv
 	$(PY) examples/grpo_calculator/train_calculator.py
 
 clean:
-	rm -rf $(VENV) build site *.egg-info
+	rm -rf $(VENV) $(DOCS_VENV) build site *.egg-info

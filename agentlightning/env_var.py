@@ -41,6 +41,14 @@ class LightningEnvVar(Enum):
     AGL_STORE_TOKEN = "AGL_STORE_TOKEN"
     """Optional bearer token the store server requires and clients send."""
 
+    AGL_STORE_URL = "AGL_STORE_URL"
+    """URL of a running store server (e.g. `http://127.0.0.1:4747` from `agl store`) that `Trainer` uses when
+    given no `store`: the run's rollouts and spans go there and show in that server's dashboard."""
+
+    AGL_STALL_SECONDS = "AGL_STALL_SECONDS"
+    """Seconds `fit`/`dev` wait while no rollout of the run moves and no runner sends a heartbeat before
+    failing with an error (default 300)."""
+
 
 EnvVarName = Union[LightningEnvVar, str]
 

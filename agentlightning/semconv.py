@@ -17,6 +17,8 @@ __all__ = [
     "AGL_STALE_ATTEMPT",
     "AGL_TRUNCATED_ATTRIBUTES",
     "AGL_ORIGINAL_SPAN_BYTES",
+    "AGL_EXCEPTION_SUMMARY",
+    "AGL_RUN",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -41,6 +43,12 @@ AGL_STALE_ATTEMPT = "agentlightning.stale_attempt"
 # A span too large for one store request keeps its attributes cut to fit: which ones, and its size before.
 AGL_TRUNCATED_ATTRIBUTES = "agentlightning.truncated_attributes"
 AGL_ORIGINAL_SPAN_BYTES = "agentlightning.original_span_bytes"
+# On the `agentlightning.exception` span of an attempt that failed: the error as one line (`Type: message`,
+# plus the URL of a failed HTTP request), for run summaries and the dashboard.
+AGL_EXCEPTION_SUMMARY = "agentlightning.exception.summary"
+# Rollout metadata key: the `fit`/`dev` run that created the rollout (`<script> <start time>` by default), so
+# a store shared by several runs (and its dashboard) can keep them apart.
+AGL_RUN = "agl_run"
 
 PROMPT_TOKEN_IDS = "prompt_token_ids"
 RESPONSE_TOKEN_IDS = "response_token_ids"

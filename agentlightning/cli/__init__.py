@@ -16,10 +16,16 @@ __all__ = ["SUBCOMMANDS", "main"]
 
 # name -> (module with `main(argv) -> int`, one-line description)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "store": ("agentlightning.cli.store", "Serve a LightningStore over HTTP (memory, SQLite or PostgreSQL backend)."),
+    "store": (
+        "agentlightning.cli.store",
+        "Serve a LightningStore over HTTP, with the dashboard at / (memory, SQLite or PostgreSQL backend).",
+    ),
     "prometheus": ("agentlightning.cli.prometheus", "Serve Prometheus metrics gathered from many processes."),
     "vllm": ("agentlightning.cli.vllm", "Run vLLM's CLI (e.g. `serve`) checked to return token ids per request."),
-    "serve": ("agentlightning.cli.serve", "Serve a Hugging Face causal LM as an OpenAI-compatible policy server."),
+    "serve": (
+        "agentlightning.cli.serve",
+        "Serve a Hugging Face causal LM as an OpenAI-compatible policy server (--model echo: no model).",
+    ),
     "gateway": (
         "agentlightning.cli.gateway",
         "Serve rollout-scoped model URLs and the events API for harnessed agents.",
@@ -33,13 +39,18 @@ def _usage() -> str:
     width = max(len(name) for name in SUBCOMMANDS)
     lines = [
         "usage: agl <command> [options]",
+        "       agl help <command> | agl -V",
         "",
         "Agent Lightning command-line tools.",
         "",
         "commands:",
         *(f"  {name.ljust(width)}  {description}" for name, (_, description) in SUBCOMMANDS.items()),
         "",
-        "Run `agl <command> --help` for the options of a command.",
+        "options:",
+        "  -h, --help     show this message",
+        "  -V, --version  show the version",
+        "",
+        "Run `agl <command> --help` (or `agl help <command>`) for the options of a command.",
     ]
     return "\n".join(lines)
 
@@ -64,10 +75,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _dispatch(args: list[str]) -> int:
+    if args[:1] == ["help"] and len(args) > 1:
+        args = [args[1], "--help"]  # `agl help store` is `agl store --help`
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0 if args else 2
-    if args[0] == "--version":
+    if args[0] in ("-V", "--version"):
         from agentlightning import __version__
 
         print(f"agl (agentlightning) {__version__}")

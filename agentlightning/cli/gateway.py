@@ -12,13 +12,13 @@ import argparse
 import asyncio
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
 from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
-from .store import BACKENDS, DEFAULT_SQLITE_PATH, LOG_LEVELS, build_store, byte_size
+from ._logging import LOG_LEVELS, setup_cli_logging
+from .store import BACKENDS, DEFAULT_SQLITE_PATH, build_store, byte_size
 
 __all__ = ["build_parser", "main"]
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="key of /proxy/pause|resume|state, /api/models and /api/rollouts (default $AGL_GATEWAY_ADMIN_KEY, "
         "else the secret)",
     )
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", help="log verbosity (default INFO)")
     return parser
 
 
@@ -134,9 +134,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from agentlightning.logging import setup
-
-    setup(args.log_level, color=sys.stderr.isatty(), apply_to=["uvicorn"])
+    setup_cli_logging(args.log_level)
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:

@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from ._logging import LOG_LEVELS, setup_cli_logging
+
 __all__ = ["build_parser", "build_app", "main"]
 
 logger = logging.getLogger(__name__)
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,10 +73,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from agentlightning.logging import setup
     from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
 
-    setup(args.log_level, color=sys.stderr.isatty(), apply_to=["uvicorn"])
+    setup_cli_logging(args.log_level)
     launcher = PythonServerLauncher(
         build_app(args.metrics_path, multiproc_dir),
         PythonServerLauncherArgs(

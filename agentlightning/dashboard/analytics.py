@@ -19,6 +19,7 @@ from agentlightning.types import TERMINAL_ROLLOUT_STATUSES, AttemptedRollout, Ro
 
 from .finished import FinishedRollouts
 from .rewards import FinalRewards
+from .summaries import run_of
 
 __all__ = [
     "MAX_SERIES_POINTS",
@@ -50,11 +51,14 @@ class RewardPoint(BaseModel):
     start_time: float
     end_time: float
     final_reward: Optional[float]
+    run: Optional[str] = None
+    """The `fit`/`dev` run that created the rollout; several runs can share one store."""
 
 
 class ValidationRound(BaseModel):
-    """Val rollouts that finished together: no train rollout finished between them, same resources."""
+    """Val rollouts that finished together: no train rollout finished between them, same resources and run."""
 
+    run: Optional[str] = None
     resources_id: Optional[str]
     first_end_time: float
     last_end_time: float
@@ -73,27 +77,30 @@ class RewardSeries(BaseModel):
 
 
 def validation_rounds(points: Sequence[RewardPoint]) -> list[ValidationRound]:
-    """Split val points (in finishing order) into rounds: a finished train rollout or new resources starts one.
+    """Split val points (in finishing order) into rounds: a finished train rollout of the same run, new
+    resources or another run starts one.
 
     Algorithms validate before training, between steps and at the end; a mean over all val rollouts would
     blend the "before" score into the "after" one.
     """
     rounds: list[list[RewardPoint]] = []
-    current: Optional[list[RewardPoint]] = None
+    current: dict[Optional[str], list[RewardPoint]] = {}  # the open round of each run
     for point in points:
         if point.mode == "train":
-            current = None
+            current.pop(point.run, None)
         if point.mode != "val":
             continue
-        if current is None or current[0].resources_id != point.resources_id:
-            current = []
-            rounds.append(current)
-        current.append(point)
+        members = current.get(point.run)
+        if members is None or members[0].resources_id != point.resources_id:
+            members = current[point.run] = []
+            rounds.append(members)
+        members.append(point)
     result: list[ValidationRound] = []
     for members in rounds:
         rewards = [p.final_reward for p in members if p.final_reward is not None]
         result.append(
             ValidationRound(
+                run=members[0].run,
                 resources_id=members[0].resources_id,
                 first_end_time=members[0].end_time,
                 last_end_time=members[-1].end_time,
@@ -177,6 +184,7 @@ async def reward_series(
             start_time=r.start_time,
             end_time=r.end_time if r.end_time is not None else r.start_time,
             final_reward=value,
+            run=run_of(r),
         )
         for r, value in zip(rollouts, values, strict=True)
     ]

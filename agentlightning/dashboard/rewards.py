@@ -1,4 +1,5 @@
-"""Final reward of a rollout, read from its latest attempt's reward spans and remembered once it is final.
+"""Final reward of a rollout, read from its latest attempt's reward spans and remembered once it is final;
+the error that failed it comes from the same spans.
 
 The dashboard shows a reward per rollout in every table and chart; reading spans for each one on every
 refresh would cost one span query per row per poll. A finished rollout's reward no longer changes, so
@@ -12,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Optional, Union
 
+from agentlightning.emitter.exception import find_failure
 from agentlightning.emitter.reward import find_final_reward
 from agentlightning.store.base import LightningStore
 from agentlightning.types import AttemptedRollout, Rollout
@@ -44,6 +46,7 @@ class FinalRewards:
         self.max_entries = max_entries
         self.concurrency = concurrency
         self._cache: OrderedDict[str, tuple[_Fingerprint, Optional[float]]] = OrderedDict()
+        self._failures: dict[str, tuple[_Fingerprint, str]] = {}  # failed rollouts only, kept with the cache
         self.span_queries = 0
         """Span queries issued so far (tests use it to check that finished rollouts are not re-read)."""
 
@@ -70,7 +73,17 @@ class FinalRewards:
         reward = find_final_reward(spans)
         if rollout.is_terminal():
             self._remember(rollout.rollout_id, fingerprint, reward)
+            failure = find_failure(spans) if rollout.status == "failed" else None
+            if failure is not None:
+                self._failures[rollout.rollout_id] = (fingerprint, failure)
         return reward
+
+    def failure(self, rollout: Union[Rollout, AttemptedRollout]) -> Optional[str]:
+        """The error that failed `rollout`, once `of` has read its spans (None if it recorded none)."""
+        if not isinstance(rollout, AttemptedRollout):
+            return None
+        known = self._failures.get(rollout.rollout_id)
+        return known[1] if known is not None and known[0] == _fingerprint(rollout) else None
 
     async def of_many(
         self, store: LightningStore, rollouts: Sequence[Union[Rollout, AttemptedRollout]]
@@ -92,4 +105,5 @@ class FinalRewards:
         self._cache[rollout_id] = (fingerprint, reward)
         self._cache.move_to_end(rollout_id)
         while len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
+            forgotten, _ = self._cache.popitem(last=False)
+            self._failures.pop(forgotten, None)

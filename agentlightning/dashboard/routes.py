@@ -6,7 +6,8 @@ Endpoints (prefix `/v1/agl`, behind the server's bearer token like the rest of t
 |---|---|---|
 | GET | /dashboard/info | `{status, server_time, version, store}`; the pages' connection check and clock |
 | GET | /dashboard/overview | rollouts and workers counted by status (and live/offline), store statistics |
-| GET | /dashboard/rollouts | a page of rollout rows with attempts, duration and final reward |
+| GET | /dashboard/rollouts | a page of rollout rows with attempts, duration, final reward, error and run |
+| GET | /dashboard/workers | a page of workers with the status shown (busy, idle, offline, unknown), and counts |
 | GET | /rollouts/{rollout_id}/triplets | triplets + drop report of an attempt (`attempt_id`, default latest) |
 | GET | /analytics/rewards | final reward of the most recently finished rollouts, oldest first |
 | GET | /analytics/throughput | finished rollouts per time bucket, by status |
@@ -37,7 +38,7 @@ from .finished import FinishedRollouts
 from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
 from .triplets import NoSuchAttempt, attempt_triplets
-from .workers import split_offline
+from .workers import split_offline, worker_page
 
 __all__ = [
     "API_PREFIX",
@@ -133,6 +134,26 @@ def build_dashboard_router() -> APIRouter:
             status_in=status_in,
             mode_in=mode_in,
             rollout_id_contains=rollout_id_contains or None,
+            sort_by=sort_by,
+            sort_order=sort_order,  # type: ignore[arg-type]
+            limit=limit,
+            offset=offset,
+        )
+        return json_response(page)
+
+    @api.get("/dashboard/workers")
+    async def workers(
+        request: Request,
+        status_in: Optional[list[str]] = Query(None),
+        sort_by: Optional[str] = "worker_id",
+        sort_order: str = "asc",
+        limit: int = 20,
+        offset: int = 0,
+    ) -> Response:
+        page = await worker_page(
+            _store(request),
+            time.time(),
+            status_in=status_in,
             sort_by=sort_by,
             sort_order=sort_order,  # type: ignore[arg-type]
             limit=limit,

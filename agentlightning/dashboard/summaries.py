@@ -12,13 +12,22 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel
 
+from agentlightning.semconv import AGL_RUN
 from agentlightning.store.base import LightningStore, SortOrder
 from agentlightning.store.utils import check_mode, check_pagination, check_rollout_status, check_sort, paginate
 from agentlightning.types import ROLLOUT_STATUSES, Attempt, AttemptedRollout, Rollout
 
 from .rewards import FinalRewards
 
-__all__ = ["INPUT_PREVIEW_CHARS", "RolloutSummary", "RolloutSummaryPage", "input_preview", "summarize_rollouts"]
+__all__ = [
+    "INPUT_PREVIEW_CHARS",
+    "RolloutSummary",
+    "RolloutSummaryPage",
+    "failure_of",
+    "input_preview",
+    "run_of",
+    "summarize_rollouts",
+]
 
 INPUT_PREVIEW_CHARS = 160
 
@@ -38,6 +47,10 @@ class RolloutSummary(BaseModel):
     final_reward: Optional[float]
     input_preview: str
     latest_attempt: Optional[Attempt]
+    error: Optional[str] = None
+    """Why a failed rollout failed: the error its latest attempt recorded, or how that attempt ended."""
+    run: Optional[str] = None
+    """The `fit`/`dev` run that created the rollout (`metadata["agl_run"]`), when a Trainer did."""
 
 
 class RolloutSummaryPage(BaseModel):
@@ -59,7 +72,27 @@ def input_preview(value: Any, limit: int = INPUT_PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def _summary(rollout: Union[Rollout, AttemptedRollout], reward: Optional[float]) -> RolloutSummary:
+def run_of(rollout: Rollout) -> Optional[str]:
+    """The run name a Trainer tagged the rollout with, if any."""
+    run = (rollout.metadata or {}).get(AGL_RUN)
+    return run if isinstance(run, str) else None
+
+
+def failure_of(rollout: Union[Rollout, AttemptedRollout], rewards: FinalRewards) -> Optional[str]:
+    """Why a failed rollout failed (None for any other status)."""
+    if rollout.status != "failed":
+        return None
+    recorded = rewards.failure(rollout)
+    if recorded is not None:
+        return recorded
+    if isinstance(rollout, AttemptedRollout) and rollout.attempt.status in ("timeout", "unresponsive"):
+        return f"attempt {rollout.attempt.status}"
+    return "no error recorded"
+
+
+def _summary(
+    rollout: Union[Rollout, AttemptedRollout], reward: Optional[float], rewards: FinalRewards
+) -> RolloutSummary:
     attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
     duration = rollout.end_time - rollout.start_time if rollout.end_time is not None else None
     return RolloutSummary(
@@ -75,6 +108,8 @@ def _summary(rollout: Union[Rollout, AttemptedRollout], reward: Optional[float])
         final_reward=reward,
         input_preview=input_preview(rollout.input),
         latest_attempt=attempt,
+        error=failure_of(rollout, rewards),
+        run=run_of(rollout),
     )
 
 
@@ -134,7 +169,7 @@ async def summarize_rollouts(
         rollouts = list(page)
     final_rewards = await rewards.of_many(store, rollouts)
     return RolloutSummaryPage(
-        items=[_summary(r, reward) for r, reward in zip(rollouts, final_rewards, strict=True)],
+        items=[_summary(r, reward, rewards) for r, reward in zip(rollouts, final_rewards, strict=True)],
         limit=limit,
         offset=offset,
         total=total,

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Optional
 
-from agentlightning.semconv import AGL_EXCEPTION
-from agentlightning.types import Attributes, SpanCoreFields, TraceStatus
+from agentlightning.semconv import AGL_EXCEPTION, AGL_EXCEPTION_SUMMARY
+from agentlightning.types import Attributes, Span, SpanCoreFields, TraceStatus
 from agentlightning.utils.otel import format_exception_attributes
 
 from ._tracer import log_emitted, resolve_tracer
 
-__all__ = ["emit_exception"]
+__all__ = ["emit_exception", "find_failure"]
 
 
 def emit_exception(
@@ -24,3 +25,22 @@ def emit_exception(
     return log_emitted(
         tracer.create_span(AGL_EXCEPTION, attributes=span_attributes, status=TraceStatus(status_code="OK"))
     )
+
+
+def find_failure(spans: Iterable[Span]) -> Optional[str]:
+    """The error that failed an attempt, as one line, from its last `agentlightning.exception` span.
+
+    The runner stores the line itself (`agentlightning.exception.summary`); for spans written without it,
+    `exception.type: first line of exception.message`. None when the spans hold no exception.
+    """
+    for span in reversed(list(spans)):
+        if span.name != AGL_EXCEPTION:
+            continue
+        summary = span.attributes.get(AGL_EXCEPTION_SUMMARY)
+        if isinstance(summary, str) and summary:
+            return summary
+        kind = span.attributes.get("exception.type")
+        if kind:
+            lines = str(span.attributes.get("exception.message") or "").strip().splitlines()
+            return f"{kind}: {lines[0]}" if lines else str(kind)
+    return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import ExecutionStrategy
 from .client_server import ClientServerExecutionStrategy
+from .errors import RolloutsFailedError, RunError
 from .events import ExecutionEvent, MultiprocessingEvent, ThreadingEvent
 from .ray_strategy import RayExecutionStrategy
 from .shared_memory import SharedMemoryExecutionStrategy
@@ -16,4 +17,6 @@ __all__ = [
     "ExecutionEvent",
     "ThreadingEvent",
     "MultiprocessingEvent",
+    "RunError",
+    "RolloutsFailedError",
 ]

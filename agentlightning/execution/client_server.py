@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import logging
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ from agentlightning.store.base import LightningStore
 
 from ._supervise import run_until_stopped
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
+from .errors import RunError
 from .events import ExecutionEvent, MultiprocessingEvent
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ MainProcessRole = Literal["algorithm", "runner"]
 _ROLES = ("algorithm", "runner", "both")
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "")
 _MONITOR_INTERVAL = 0.1
+INTERRUPT_STEP_SECONDS = 1.0
+"""After Ctrl+C, each shutdown step (stop event, SIGINT, SIGTERM) waits this long before the next one."""
 
 
 class ClientServerExecutionStrategy(ExecutionStrategy):
@@ -50,9 +54,14 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     Shutdown, once the algorithm ends, something fails or Ctrl+C arrives: (1) set the shared stop event
     and wait `graceful_timeout`; (2) SIGINT the children still alive; (3) SIGTERM; (4) SIGKILL, each later
     step waiting `terminate_timeout`. A child whose exit code is not in `allowed_exit_codes` makes
-    `execute` raise RuntimeError. With `managed_store=False` (or `AGL_MANAGED_STORE=0`) the store is used
-    as given on both sides: no server is started and runners do not create clients (use this with a
-    store that is already shared, such as a `LightningStoreClient` to `agl store`).
+    `execute` raise `RunError` (a RuntimeError); a runner process dying abnormally is logged at once. After
+    Ctrl+C the steps wait `INTERRUPT_STEP_SECONDS` each, so the run stops within a few seconds. With `managed_store=False` (or
+    `AGL_MANAGED_STORE=0`) the store is used as given on both sides: no server is started and runners do
+    not create clients (the Trainer does this for a `LightningStoreClient`, e.g. `AGL_STORE_URL`).
+
+    Runner processes started here learn the server's port once it listens, so `server_port=0` (a free
+    port) works. A runner waiting for a server that never answers gives up with `RunError` after the
+    store client's retry budget (60 s, env `AGL_STORE_RETRY_BUDGET`).
     """
 
     alias = "cs"
@@ -94,6 +103,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self.main_process: MainProcessRole = main_process
         self.managed_store: bool = resolve_bool_env_var(LightningEnvVar.AGL_MANAGED_STORE, managed_store, fallback=True)
         self.allowed_exit_codes: tuple[int, ...] = tuple(allowed_exit_codes)
+        # Set per run when this process spawns runners: the port the server listens on, once it does.
+        self._shared_port: Optional[Any] = None
 
     def __repr__(self) -> str:
         return (
@@ -104,24 +115,27 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     @property
     def endpoint(self) -> str:
         """The URL runners use to reach the store server."""
+        return self._endpoint_for(self.server_port)
+
+    def _endpoint_for(self, port: int) -> str:
         host = self.server_host
         if host in _WILDCARD_HOSTS:
             host = "127.0.0.1"
         elif ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self.server_port}"
+        return f"http://{host}:{port}"
 
     # ---- entry point ----
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
-        if not self.managed_store and self.role == "both":
-            capabilities = store.capabilities
-            if not capabilities.get("zero_copy", False):
-                logger.warning(
-                    "managed_store is off but %s does not declare zero_copy: runner processes may each see a "
-                    "private copy of it. Pass a store shared across processes (e.g. LightningStoreClient).",
-                    type(store).__name__,
-                )
+        if not self.managed_store and self.role == "both" and not store.capabilities.get("zero_copy", False):
+            # The runner processes forked here would each get a private copy of the store: nothing could run.
+            raise RunError(
+                f"AGL_MANAGED_STORE=0 (managed_store=False) serves nothing, and {type(store).__name__} is private "
+                "to this process, so no runner could see its rollouts. To use a running store server, set "
+                "AGL_STORE_URL=http://HOST:PORT (or Trainer(store='http://HOST:PORT')); otherwise drop "
+                "AGL_MANAGED_STORE=0 to serve the store from here"
+            )
         if self.role == "algorithm":
             self._execute_algorithm_role(algorithm, store)
         elif self.role == "runner":
@@ -139,12 +153,12 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         store: LightningStore,
         stop_event: ExecutionEvent,
         should_stop: Optional[Callable[[], bool]] = None,
-        before_server_stop: Optional[Callable[[], None]] = None,
+        before_server_stop: Optional[Callable[[bool], None]] = None,
     ) -> None:
         """Serve the store (when managed) and run the algorithm until it ends or the stop event fires.
 
-        `before_server_stop` (blocking, run in a worker thread) stops the local runners while the server is
-        still up, so they can still report their last attempts.
+        `before_server_stop(interrupted)` (blocking, run in a worker thread) stops the local runners while
+        the server is still up, so they can still report their last attempts.
         """
         server: Optional[LightningStoreServer] = None
         algorithm_store: LightningStore = store
@@ -156,11 +170,20 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 store, host=self.server_host, port=self.server_port, routers=[dashboard_router()]
             )
             algorithm_store = server
-            await server.start()
-            logger.info("Store server listening on %s:%s", self.server_host, self.server_port)
+            try:
+                await server.start()
+            except OSError as exc:
+                stop_event.set()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                raise await asyncio.to_thread(port_in_use_error, self.server_host, self.server_port) from None
+            if self._shared_port is not None:
+                self._shared_port.value = server.port or 0
+            logger.info("Store server listening on %s", server.endpoint)
         monitor: Optional[asyncio.Task[None]] = None
         if should_stop is not None:
             monitor = asyncio.create_task(self._monitor(should_stop, stop_event))
+        interrupted = False
         try:
             await run_until_stopped(
                 algorithm(algorithm_store, stop_event),
@@ -168,15 +191,20 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 graceful_delay=self.graceful_timeout,
                 name="Algorithm",
             )
+        except asyncio.CancelledError:  # asyncio.run turns Ctrl+C into cancelling this, its main task
+            interrupted = True
+            raise
         finally:
             stop_event.set()
             if monitor is not None:
                 monitor.cancel()
                 await asyncio.gather(monitor, return_exceptions=True)
             if before_server_stop is not None:
-                await asyncio.to_thread(before_server_stop)
+                await asyncio.to_thread(before_server_stop, interrupted)
             if server is not None:
                 await server.stop()
+            if not self.managed_store:
+                await store.close_loop_resources()
 
     async def _monitor(self, should_stop: Callable[[], bool], stop_event: ExecutionEvent) -> None:
         while not stop_event.is_set():
@@ -192,15 +220,37 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         if self.managed_store or store is None:
             from agentlightning.store_http.client import LightningStoreClient
 
-            client = LightningStoreClient(self.endpoint)
+            endpoint = await self._server_endpoint(stop_event)
+            if endpoint is None:
+                return
+            client = LightningStoreClient(endpoint)
             try:
-                if not await _wait_for_server(client, stop_event):
+                if not await _wait_for_server(client, stop_event, worker_id):
                     return
                 await runner(client, worker_id, stop_event)
             finally:
                 await client.close()
         else:
-            await runner(store, worker_id, stop_event)
+            try:
+                await runner(store, worker_id, stop_event)
+            finally:
+                await store.close_loop_resources()
+
+    async def _server_endpoint(self, stop_event: ExecutionEvent) -> Optional[str]:
+        """The server's URL; a runner spawned here waits until the server listens (None if stopped first)."""
+        shared = self._shared_port
+        if shared is None:
+            if self.server_port == 0:
+                raise RunError(
+                    "a runner-only process cannot use server port 0 (a free port is picked by the process that "
+                    "serves the store); set AGL_SERVER_PORT to the port the algorithm's store listens on"
+                )
+            return self.endpoint
+        while not stop_event.is_set():
+            if shared.value:
+                return self._endpoint_for(shared.value)
+            await asyncio.sleep(_MONITOR_INTERVAL)
+        return None
 
     # ---- roles ----
 
@@ -240,17 +290,25 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     ) -> None:
         stop_event = MultiprocessingEvent(ctx=self._context())
         runner_store = None if self.managed_store else store
+        self._shared_port = self._context().Value("i", 0, lock=False)
         # Fork the runners before this process starts any thread (the server), so children start clean.
         processes = [self._spawn_runner(runner, runner_store, i, stop_event) for i in range(self.n_runners)]
 
+        reported: set[str] = set()
+
         def runners_gone() -> bool:
+            for process in processes:
+                if process.is_alive() or process.exitcode in self.allowed_exit_codes or process.name in reported:
+                    continue
+                reported.add(process.name)
+                logger.error(
+                    "%s; a rollout it was running finishes only if its RolloutConfig retries unresponsive "
+                    "attempts, else the run stops once nothing moves for AGL_STALL_SECONDS",
+                    _exits([process]),
+                )
             if any(p.is_alive() for p in processes):
                 return False
-            codes = {p.name: p.exitcode for p in processes}
-            if all(code in self.allowed_exit_codes for code in codes.values()):
-                logger.warning("All runner processes exited (%s); stopping the algorithm", codes)
-            else:
-                logger.error("All runner processes exited, some abnormally (%s); stopping the algorithm", codes)
+            logger.warning("All runner processes exited (%s); stopping the algorithm", _exits(processes))
             return True
 
         self._run_main_and_shutdown(
@@ -260,7 +318,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     store,
                     stop_event,
                     should_stop=runners_gone,
-                    before_server_stop=lambda: self._shutdown(processes, stop_event),
+                    before_server_stop=lambda interrupted: self._shutdown(processes, stop_event, interrupted),
                 )
             ),
             "Algorithm",
@@ -272,6 +330,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore
     ) -> None:
         stop_event = MultiprocessingEvent(ctx=self._context())
+        self._shared_port = self._context().Value("i", 0, lock=False)
         algorithm_process = self._context().Process(
             target=_algorithm_process_main,
             args=(self, algorithm, store, stop_event, os.getpid()),
@@ -304,12 +363,15 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         except KeyboardInterrupt:
             interrupted = True
             alive = sum(p.is_alive() for p in processes)
-            logger.warning("Interrupted; stopping %d remaining child processes", alive)
+            if alive:
+                logger.info("Interrupted; stopping %d remaining child processes", alive)
+        except RunError as exc:  # says what went wrong itself
+            error = exc
         except BaseException as exc:
             logger.error("%s failed in the main process (%r); stopping the child processes", name, exc)
             error = exc
         finally:
-            self._shutdown(processes, stop_event)
+            self._shutdown(processes, stop_event, interrupted)
         if interrupted:
             raise KeyboardInterrupt
         if error is not None:
@@ -347,21 +409,27 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 return
             process.join(timeout=remaining)
 
-    def _shutdown(self, processes: list[BaseProcess], stop_event: ExecutionEvent) -> None:
-        """Stop the children: stop event, then SIGINT, SIGTERM and SIGKILL for the ones still alive."""
+    def _shutdown(self, processes: list[BaseProcess], stop_event: ExecutionEvent, interrupted: bool = False) -> None:
+        """Stop the children: stop event, then SIGINT, SIGTERM and SIGKILL for the ones still alive.
+
+        After Ctrl+C the children got SIGINT from the terminal already; each step then waits only
+        `INTERRUPT_STEP_SECONDS`, and the escalation is expected, so it is not warned about.
+        """
         stop_event.set()
+        graceful = INTERRUPT_STEP_SECONDS if interrupted else self.graceful_timeout
+        terminate = INTERRUPT_STEP_SECONDS if interrupted else self.terminate_timeout
         steps: list[tuple[str, float, Callable[[BaseProcess], None]]] = [
-            ("stop event", self.graceful_timeout, lambda p: None),
-            ("SIGINT", self.terminate_timeout, _send_sigint),
-            ("SIGTERM", self.terminate_timeout, lambda p: p.terminate()),
-            ("SIGKILL", self.terminate_timeout, lambda p: p.kill()),
+            ("stop event", graceful, lambda p: None),
+            ("SIGINT", terminate, _send_sigint),
+            ("SIGTERM", terminate, lambda p: p.terminate()),
+            ("SIGKILL", terminate, lambda p: p.kill()),
         ]
         for step, wait_seconds, action in steps:
             alive = [p for p in processes if p.is_alive()]
             if not alive:
                 return
             if step != "stop event":
-                logger.warning(
+                (logger.info if interrupted else logger.warning)(
                     "%d child processes still alive (%s); sending %s",
                     len(alive),
                     ", ".join(f"{p.name} pid={p.pid}" for p in alive),
@@ -381,20 +449,60 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             logger.error("Child processes survived SIGKILL: %s", still_alive)
 
     def _check_exit_codes(self, processes: list[BaseProcess]) -> None:
-        bad = [(p.name, p.pid, p.exitcode) for p in processes if p.exitcode not in self.allowed_exit_codes]
+        bad = [p for p in processes if p.exitcode not in self.allowed_exit_codes]
         if bad:
-            details = ", ".join(f"{name} (pid {pid}) exited with code {code}" for name, pid, code in bad)
-            raise RuntimeError(f"{details}; allowed exit codes are {self.allowed_exit_codes}")
+            raise RunError(f"{_exits(bad)}; allowed exit codes are {self.allowed_exit_codes} (see its log above)")
 
 
-async def _wait_for_server(client: LightningStoreClient, stop_event: ExecutionEvent) -> bool:
-    """Poll the server's health check until it answers (True) or the stop event is set (False)."""
+def _exits(processes: Sequence[BaseProcess]) -> str:
+    return ", ".join(f"{p.name} (pid {p.pid}) exited with code {p.exitcode}" for p in processes)
+
+
+def port_in_use_error(host: str, port: int) -> RunError:
+    """What to do when the store server's port is taken: most often by `agl store`, which the run can use."""
+    url = f"http://{'127.0.0.1' if host in _WILDCARD_HOSTS or host == 'localhost' else host}:{port}"
+    if _answers_as_store(url):
+        return RunError(
+            f"port {port} is in use by an agentlightning store at {url} (`agl store`?). To send this run "
+            f"to it and watch it in its dashboard, set AGL_STORE_URL={url} or pass Trainer(store={url!r}); "
+            "to run with a store of its own instead, pass Trainer(port=0) or set AGL_SERVER_PORT=0 (a free port)"
+        )
+    return RunError(
+        f"port {port} on {host} is in use by another program; pass Trainer(port=0) or set AGL_SERVER_PORT=0 "
+        "to serve this run's store on a free port"
+    )
+
+
+def _answers_as_store(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/v1/agl/health", timeout=1.0) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+async def _wait_for_server(client: LightningStoreClient, stop_event: ExecutionEvent, worker_id: int) -> bool:
+    """Poll the server's health check until it answers (True) or the stop event is set (False).
+
+    Gives up with `RunError` after the client's retry budget (at least 1 s).
+    """
+    loop = asyncio.get_running_loop()
+    budget = max(client.retry_budget, 1.0)
+    deadline = loop.time() + budget
     announced = False
     while not stop_event.is_set():
         if await client.health():
             if announced:
                 logger.info("Store server at %s is up", client.server_address)
             return True
+        if loop.time() >= deadline:
+            raise RunError(
+                f"runner {worker_id}: no store server answered at {client.server_address}/health within "
+                f"{budget:g} s (AGL_STORE_RETRY_BUDGET); start the algorithm process (AGL_CURRENT_ROLE=algorithm) "
+                "or `agl store` first, and check AGL_SERVER_HOST / AGL_SERVER_PORT"
+            )
         if not announced:
             logger.info("Waiting for the store server at %s", client.server_address)
             announced = True
@@ -433,6 +541,10 @@ def _runner_process_main(
         asyncio.run(strategy._runner_side(runner, store, worker_id, stop_event))
     except KeyboardInterrupt:
         logger.info("Runner %d interrupted; exiting", worker_id)
+    except (RunError, ConnectionError, PermissionError) as exc:  # their message says it all
+        logger.error("Runner %d stopped: %s", worker_id, exc)
+        stop_event.set()
+        sys.exit(1)
     except BaseException:
         logger.exception("Runner %d crashed; asking every bundle to stop", worker_id)
         stop_event.set()

@@ -28,9 +28,11 @@ from agentlightning.types import (
     RolloutRawResult,
     Span,
     SpanCoreFields,
+    TraceStatus,
 )
 
 from .base import Runner, StopEvent
+from .failures import FAILURE_SUMMARY_ATTRIBUTE, describe_failure, log_failure
 from .heartbeat import HEARTBEAT_LAUNCH_MODES, WorkerHeartbeat
 from .hook import Hook
 
@@ -181,8 +183,10 @@ class LitAgentRunner(Runner[T_task]):
                     break
                 try:
                     rollout = await self._next_rollout(store, worker_id, event)
-                except (PermissionError, ValueError, KeyError, TypeError):
-                    raise  # a refused token or request: asking again cannot succeed, so stop the runner
+                except (PermissionError, ValueError, KeyError, TypeError, ConnectionError):
+                    # A refused token or request cannot succeed when asked again, and a store client raises
+                    # ConnectionError only once its retry budget is spent: stop the runner with the error.
+                    raise
                 except Exception:
                     logger.exception("%s could not dequeue a rollout; retrying after the poll interval.", worker_id)
                     await self._idle(event)
@@ -278,8 +282,10 @@ class LitAgentRunner(Runner[T_task]):
         except BaseException as exc:  # also cancellation: the attempt must not be left running
             error = exc
             if isinstance(exc, Exception):
-                log = logger.debug if raise_on_error else logger.exception
-                log("%s: rollout %s attempt %s failed.", self.get_worker_id(), rollout_id, attempt_id)
+                if raise_on_error:
+                    logger.debug("%s: rollout %s attempt %s failed.", self.get_worker_id(), rollout_id, attempt_id)
+                else:
+                    log_failure(logger, rollout_id, f"{self.get_worker_id()}, attempt {attempt_id}", exc)
                 if not spans:
                     spans = self._captured_spans(rollout)
                 exception_span = await self._store_exception(rollout, exc)
@@ -571,7 +577,10 @@ class LitAgentRunner(Runner[T_task]):
         until then).
         """
         try:
-            core = emit_exception(exc, propagate=False)
+            summary = describe_failure(exc)
+            core = emit_exception(exc, {FAILURE_SUMMARY_ATTRIBUTE: summary}, propagate=False)
+            # emit_exception records a handled exception (status OK); this one failed the attempt.
+            core.status = TraceStatus(status_code="ERROR", description=summary)
             if self._trace_deferred:
                 span = Span.from_core_fields(
                     core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0

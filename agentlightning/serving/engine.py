@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Opt
 
 from ._detokenizer import IncrementalDetokenizer
 from ._prefix_cache import PrefixCache, common_prefix_length
+from .models import eos_token_ids
 from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep, row_seed, sample_tokens
 from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
 
@@ -124,7 +125,7 @@ class PolicyEngine:
         self.batch_window_s = batch_window_s
         config: Any = getattr(model, "config", None)
         self.max_context: Optional[int] = max_context or getattr(config, "max_position_embeddings", None)
-        self.eos_token_ids = _eos_token_ids(model, tokenizer)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.adapters = check_adapters(model, adapters)
         """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self.cuda_graphs = cuda_graphs
@@ -590,20 +591,3 @@ class PolicyEngine:
                 weights_version=row.version,
             ),
         )
-
-
-def _eos_token_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> List[int]:
-    """Every id that ends a turn: the tokenizer's eos plus the model's generation-config eos ids."""
-    ids: set[int] = set()
-    for value in (
-        tokenizer.eos_token_id,
-        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-        getattr(getattr(model, "config", None), "eos_token_id", None),
-    ):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)  # type: ignore[reportUnknownVariableType]
-    if not ids:
-        raise ValueError("neither the tokenizer nor the model defines an eos token; set tokenizer.eos_token")
-    return sorted(ids)

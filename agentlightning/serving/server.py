@@ -54,7 +54,8 @@ class PolicyServer:
         tokenizer: its tokenizer (needs a chat template and a pad token; see `models.prepare_tokenizer`).
         model_name: the id reported by `/v1/models` and in responses (requests may name any model).
         host/port: where to bind; port None or 0 picks a free port.
-        max_batch_size/batch_window_s: request batching (see `PolicyEngine`).
+        max_batch_size/batch_window_s: continuous batching: sequences decoded at once, and how long an idle
+            engine lets the first request wait for others to share its prefill (see `PolicyEngine`).
         default_max_tokens: completion length when a request sets none.
         seed: seeds the sampling of requests that give no `seed`.
         always_logprobs: return logprobs even when a request does not ask (GRPO turns this on so the
@@ -62,6 +63,7 @@ class PolicyServer:
         retry_after_s: the `Retry-After` (seconds) of the 429 answered while paused.
         adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
+        compile: `torch.compile` the decode step (see `PolicyEngine`; the first steps take tens of seconds).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class PolicyServer:
         always_logprobs: bool = False,
         retry_after_s: float = 1.0,
         adapters: Sequence[str] = (),
+        compile: bool = False,
     ) -> None:
         self.engine = PolicyEngine(
             model,
@@ -87,6 +90,7 @@ class PolicyServer:
             batch_window_s=batch_window_s,
             seed=seed,
             adapters=adapters,
+            compile=compile,
         )
         self.model_name = model_name
         self.host = host

@@ -76,6 +76,10 @@ class WandbTracker(Tracker):
         if not self._finished:
             self._finished = True
             self.run.finish()
+            import wandb
+
+            if wandb.run is None:  # no other run of this process needs W&B's service process: stop it too
+                wandb.teardown()
 
 
 class MlflowTracker(Tracker):

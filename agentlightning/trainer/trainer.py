@@ -19,9 +19,11 @@ from agentlightning.algorithm.base import Algorithm
 from agentlightning.algorithm.fast import FastAlgorithm
 from agentlightning.execution.base import ExecutionStrategy
 from agentlightning.execution.client_server import ClientServerExecutionStrategy
+from agentlightning.execution.errors import RolloutsFailedError, RunError
 from agentlightning.execution.events import ExecutionEvent
 from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
+from agentlightning.runner.failures import share_first_traceback
 from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
 from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
@@ -29,7 +31,10 @@ from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
 from .legacy import TrainerLegacy
+from .progress import PROGRESS_INTERVAL_SECONDS, RunProgress, format_duration
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
+from .remote import is_store_url, store_url_from_env, wait_until_store_answers
+from .run_store import ForeignRolloutWarning, RunStore, default_run_name
 from .summary import FitSummary, describe_store, summarize_run
 
 if TYPE_CHECKING:
@@ -76,7 +81,10 @@ class Trainer(TrainerLegacy):
         initial_resources: resources the algorithm publishes first (e.g. the seed prompt template).
         tracer: default `AgentOpsTracer` when agentops is installed, else `OtelTracer`.
         adapter: default `TracerTraceToTriplet()`; a dict without `type` configures that class.
-        store: default `InMemoryLightningStore` (thread-safe under the client-server strategy).
+        store: default `InMemoryLightningStore` (thread-safe under the client-server strategy), or the store
+            server at `AGL_STORE_URL` when that is set. A URL (`"http://127.0.0.1:4747"`, e.g. `agl store`)
+            sends the run to that server, whose dashboard then shows it; no store server of the run's own
+            is started. `fit` waits up to 10 s for such a store to answer, then raises `RunError`.
         runner: default `LitAgentRunner(tracer=<tracer>, max_rollouts=<max_rollouts>)`.
         strategy: default `ClientServerExecutionStrategy(n_runners=..., server_port=port)`; aliases "cs", "shm".
         port: store server port for the client-server strategy (else `AGL_SERVER_PORT`, else 4747).
@@ -88,10 +96,18 @@ class Trainer(TrainerLegacy):
         dev, n_workers, max_tasks, triplet_exporter: deprecated aliases (`.dev()`, `n_runners`,
             `max_rollouts`, `adapter`).
         daemon: passed to the default AgentOps tracer.
-        summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, mean reward per
-            mode, where the store is); it is also kept on `last_summary`.
+        summary: print a short summary when `fit`/`dev` ends (rollouts succeeded/failed, failures by
+            error, mean reward per mode, where the store is); it is also kept on `last_summary`.
         tracking: experiment tracking backends the algorithm logs to (`["wandb", "mlflow", "tensorboard"]`,
             a `TrackingConfig` or a `Tracker`); None: `AGL_TRACKING`, else the algorithm's own setting.
+        progress_interval: while the algorithm runs, print a progress line to stderr every this many
+            seconds (default 20; None or 0: none).
+        run_name: tags every rollout of a `fit`/`dev` (`metadata["agl_run"]`) so a dashboard shared by
+            several runs keeps them apart; default `<script> <start time>`.
+
+    `fit` and `dev` raise `RunError` with a short traceback when the run cannot start or go on (a port in
+    use, a store or runner that stops answering; see `execution.md`), and `RolloutsFailedError` when
+    every rollout failed, after printing the summary: a script that failed exits non-zero.
     """
 
     def __init__(
@@ -116,6 +132,8 @@ class Trainer(TrainerLegacy):
         hooks: Optional[Union[Hook, Sequence[Hook]]] = None,
         summary: bool = True,
         tracking: TrackingSpec = None,
+        progress_interval: Optional[float] = PROGRESS_INTERVAL_SECONDS,
+        run_name: Optional[str] = None,
     ) -> None:
         if dev:
             _deprecated("dev", "trainer.dev(agent, ...)")
@@ -147,6 +165,8 @@ class Trainer(TrainerLegacy):
         self.port = port
         self.summary = summary
         self.tracking = tracking
+        self.progress_interval = progress_interval
+        self.run_name = run_name
         self.last_summary: Optional[FitSummary] = None
         """What the last `fit`/`dev` did (None until one ends, and in a runner-only process)."""
 
@@ -157,6 +177,7 @@ class Trainer(TrainerLegacy):
         strategy_runners = getattr(self.strategy, "n_runners", None)
         if isinstance(strategy_runners, int):
             self.n_runners = strategy_runners
+        self._store_source = "store=..."
         self.store: LightningStore = self._make_store(store)
         self.runner: Runner[Any] = self._make_runner(runner)
         self.llm_proxy: Optional[LLMProxy] = self._make_llm_proxy(llm_proxy)
@@ -240,13 +261,32 @@ class Trainer(TrainerLegacy):
 
             return InMemoryLightningStore(thread_safe=thread_safe)
 
-        return build_component(
+        if spec is None and (env_url := store_url_from_env()) is not None:
+            spec, self._store_source = env_url, f"AGL_STORE_URL={env_url}"
+        if isinstance(spec, str) and is_store_url(spec):
+            from agentlightning.store_http.client import LightningStoreClient
+
+            spec = LightningStoreClient(spec)
+        store = build_component(
             spec,
             expected_type=LightningStore,
             spec_name="store",
             default_factory=default_store,
             registry=StoreRegistry,
         )
+        if self._remote_client(store) is not None and getattr(self.strategy, "managed_store", False):
+            # The store is already served and shared across processes: nothing to wrap or serve again.
+            logger.debug("store is a %s: the strategy uses it as given", type(store).__name__)
+            self.strategy.managed_store = False  # type: ignore[attr-defined]
+        return store
+
+    @staticmethod
+    def _remote_client(store: LightningStore) -> Optional[Any]:
+        """`store` when it is a `LightningStoreClient` (imported only if the caller made one)."""
+        client_module = sys.modules.get("agentlightning.store_http.client")
+        if client_module is not None and isinstance(store, client_module.LightningStoreClient):
+            return store
+        return None
 
     def _make_runner(self, spec: ComponentSpec) -> Runner[Any]:
         from agentlightning.runner import LitAgentRunner, Runner
@@ -364,22 +404,73 @@ class Trainer(TrainerLegacy):
         agent.set_trainer(self)
         started_at = time.time()
         self.last_summary = None
+        share_first_traceback()
+        try:
+            remote = self._remote_client(self.store)
+            if remote is not None:
+                wait_until_store_answers(remote, self._store_source)
+            run = self.run_name or default_run_name(started_at)
+            self.strategy.execute(
+                self._algorithm_bundle(algorithm, run, started_at, train_dataset, val_dataset),
+                self._runner_bundle(agent, run),
+                self.store,
+            )
+        except RunError as exc:  # its message says it all: a short traceback from here
+            raise exc.with_traceback(None) from None
+        except ConnectionError as exc:  # a store client gave up after its retry budget
+            raise RunError(str(exc)) from None
+        except KeyboardInterrupt:
+            print(
+                f"agentlightning: interrupted after {format_duration(time.time() - started_at)}; stopped",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise KeyboardInterrupt from None
+        summary = self.last_summary
+        if summary is None:
+            return
+        if self.summary:
+            print(summary.render(), flush=True)
+        if summary.all_failed:
+            raise RolloutsFailedError(
+                f"all {summary.failed} rollouts failed ({summary.failure_counts()}); the first one's traceback "
+                "is in the log above"
+            ) from None
 
-        async def algorithm_bundle(store: LightningStore, event: ExecutionEvent) -> None:
-            await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)
-            if algorithm is not None:
-                try:
-                    self.last_summary = await summarize_run(
-                        store, started_at=started_at, store_description=describe_store(self.store)
-                    )
-                except Exception:  # the summary is a courtesy; it must never fail a finished run
-                    logger.warning("Could not summarize the run", exc_info=True)
-
+    def _runner_bundle(self, agent: LitAgent[Any], run: str) -> _RunnerBundle:
         copy_per_worker = isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.n_runners > 1
-        runner_bundle = _RunnerBundle(self.runner, agent, self.hooks, copy_per_worker)
-        self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
-        if self.summary and self.last_summary is not None:
-            print(self.last_summary.render(), flush=True)
+        hooks = self.hooks
+        if getattr(self.strategy, "role", "both") == "both":  # these runners serve this run's algorithm only
+            hooks = (*hooks, ForeignRolloutWarning(run))
+        return _RunnerBundle(self.runner, agent, hooks, copy_per_worker)
+
+    def _algorithm_bundle(
+        self,
+        algorithm: Optional[Algorithm],
+        run: str,
+        started_at: float,
+        train_dataset: Optional[Dataset[Any]],
+        val_dataset: Optional[Dataset[Any]],
+    ) -> Callable[[LightningStore, ExecutionEvent], Any]:
+        async def algorithm_bundle(store: LightningStore, event: ExecutionEvent) -> None:
+            if algorithm is None:
+                await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)
+                return
+            run_store = RunStore(store, run)
+            progress = RunProgress(run_store, algorithm_name=type(algorithm).__name__, interval=self.progress_interval)
+            await progress.run_alongside(self._run_algorithm(algorithm, run_store, event, train_dataset, val_dataset))
+            try:
+                served_at = _served_at(store) if store is not self.store else None
+                self.last_summary = await summarize_run(
+                    store,
+                    started_at=started_at,
+                    store_description=describe_store(self.store, served_at=served_at),
+                    rollout_ids=run_store.rollout_ids,
+                )
+            except Exception:  # the summary is a courtesy; it must never fail a finished run
+                logger.warning("Could not summarize the run", exc_info=True)
+
+        return algorithm_bundle
 
     async def _run_algorithm(
         self,
@@ -459,6 +550,15 @@ class _RunnerBundle:
                 runner.teardown_worker(worker_id)
         finally:
             runner.teardown()
+
+
+def _served_at(store: LightningStore) -> Optional[str]:
+    """The URL a strategy served the run's store at (a started `LightningStoreServer`), else None."""
+    try:
+        endpoint = getattr(store, "endpoint", None)
+    except RuntimeError:  # a server that never started
+        return None
+    return endpoint if isinstance(endpoint, str) else None
 
 
 async def _run_in_daemon_thread(func: Callable[[], Any], name: str) -> Any:

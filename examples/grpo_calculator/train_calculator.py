@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         "old); --no-async-rollouts alternates generation and update",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, ... (default auto: CUDA when present; the figures are CPU's)"
+    )
     parser.add_argument("--port", type=int, default=0, help="store server port (0: a free one)")
     parser.add_argument("--save-model", action="store_true", help="also save the trained model to <output>/model")
     parser.add_argument(
@@ -166,7 +169,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         async_rollouts=args.async_rollouts,
         max_staleness=1,
         metrics_path=str(metrics_path),
-        device="cpu",
+        device=args.device,
     )
 
 
@@ -191,7 +194,7 @@ def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,
         metrics_path=str(metrics_path),
-        device="cpu",
+        device=args.device,
     )
 
 

@@ -11,7 +11,7 @@ It runs a small workload (enqueue, dequeue, spans, finish), adds an application 
 (`example.tasks.total`, `example.task.seconds`), then prints the console snapshot and the lines of the
 Prometheus scrape that mention those metrics.
 
-Run (from the repository root):
+Run (from the repository root; needs the `prometheus` extra: `pip install -e ".[prometheus]"`):
 
     python examples/minimal/write_metrics.py
     python examples/minimal/write_metrics.py --rollouts 50

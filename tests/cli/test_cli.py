@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
 
 import httpx
 import pytest
@@ -18,8 +12,7 @@ import pytest
 from agentlightning.cli import SUBCOMMANDS, main
 from agentlightning.store import LightningStoreClient
 from agentlightning.utils.server_launcher import pick_free_port
-
-STARTUP_TIMEOUT = 60.0
+from tests.support.agl_cli import running
 
 
 def test_help_lists_every_subcommand_with_a_description(capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,41 +64,6 @@ def test_help_through_the_installed_entry_point() -> None:
         [sys.executable, "-m", "agentlightning.cli", "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0 and "store" in result.stdout
-
-
-@contextmanager
-def running(args: list[str], health_url: str, env: Optional[dict[str, str]] = None) -> Iterator[subprocess.Popen[str]]:
-    """Run `agl ARGS` until `health_url` answers 200; stop it with SIGINT afterwards and check it exits cleanly."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentlightning.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read() if process.stdout else ""
-                raise AssertionError(f"agl {' '.join(args)} exited with {process.returncode}:\n{output}")
-            try:
-                if httpx.get(health_url, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, f"agl {' '.join(args)} not healthy after {STARTUP_TIMEOUT}s"
-            time.sleep(0.1)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    assert process.returncode == 0, process.stdout.read() if process.stdout else ""
 
 
 async def test_store_memory_backend_serves_clients() -> None:

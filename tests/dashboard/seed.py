@@ -2,7 +2,7 @@
 
 Rollouts in every status and mode (train rewards rising, a retried rollout, one running, some queued),
 span trees with LLM calls carrying token ids, a tool call, reward spans and an LLM judge whose call the
-adapter drops; two prompt-template versions; workers busy, idle and silent. Times come from a manual
+adapter drops; two prompt-template versions; workers busy, idle, silent and offline. Times come from a manual
 clock that ends close to the real current time, so ages and durations look like a real run's.
 
 Write a seeded SQLite file (then `agl store --backend sqlite --path demo.db`):
@@ -352,19 +352,24 @@ async def seed_store(
     await store.add_many_spans([root])
     seeded.add("running", running.rollout_id, "train")
 
-    # Heartbeats: runner-0 busy, runner-1 idle (its last attempt ended), runner-2 silent for 15 minutes.
+    # Heartbeats: runner-0 busy, runner-1 idle (its last attempt ended), runner-2 silent for 15 minutes,
+    # runner-3 idle when it went silent 15 minutes ago (its process ended: the dashboard shows it offline).
     # With a clock that ends about now, the last heartbeats land on the real now: the dashboard shows
-    # workers silent for over a minute as offline, and these two must read as live.
+    # workers silent for over a minute as offline, and runner-0 and runner-1 must read as live.
     if abs(clock.now - time.time()) < 3600:
         clock.now = max(clock.now, time.time() - 902)
     await store.update_worker("runner-2", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-2", 3.0, 21.0))
+    last_job = await store.start_rollout(input={"question": "What is 1 + 1?"}, mode="test", worker_id="runner-3")
+    await store.update_worker("runner-3", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-3", 5.0, 30.0))
+    await store.update_attempt(last_job.rollout_id, last_job.attempt.attempt_id, status="succeeded")
+    seeded.add("succeeded", last_job.rollout_id, "test")
     for _ in range(10):  # runner-0 keeps heartbeating, which keeps its running attempt responsive
         clock.advance(90)
         await store.update_worker("runner-0")
     await store.update_worker("runner-1", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-1", 12.5, 48.0))
     clock.advance(2)
     await store.update_worker("runner-0", heartbeat_stats=_heartbeat_stats(rng, "gpu-node-0", 86.0, 74.0))
-    seeded.workers = {"runner-0": "busy", "runner-1": "idle", "runner-2": "unknown"}
+    seeded.workers = {"runner-0": "busy", "runner-1": "idle", "runner-2": "unknown", "runner-3": "offline"}
     return seeded
 
 

@@ -352,7 +352,7 @@ def test_resources_page_shows_templates_and_diff(page: Page, server: StoreProces
 def test_workers_page_shows_heartbeats_and_stats(page: Page, seeded: Seeded) -> None:
     page.click('a[data-nav="workers"]')
     rows = page.locator("tr[data-worker-id]")
-    expect(rows).to_have_count(3)
+    expect(rows).to_have_count(4)
     for worker, status in seeded.workers.items():
         expect(page.locator(f'tr[data-worker-id="{worker}"] .badge')).to_have_text(status)
     busy = page.locator('tr[data-worker-id="runner-0"]')
@@ -368,6 +368,54 @@ def test_workers_page_shows_heartbeats_and_stats(page: Page, seeded: Seeded) -> 
     page.click('[data-filter="status"] [data-value="idle"]')
     expect(rows).to_have_count(1)
     expect(rows.first).to_have_attribute("data-worker-id", "runner-1")
+
+
+def test_worker_filter_counts_match_the_rows_they_show(page: Page) -> None:
+    """runner-3 last reported "idle" and went silent: its row, its chip and the filter all say offline."""
+    page.click('a[data-nav="workers"]')
+    expect(page.locator("tr[data-worker-id]")).to_have_count(4)
+    chip = lambda status: page.locator(f'[data-filter="status"] [data-value="{status}"] .chip-count')  # noqa: E731
+    expect(chip("idle")).to_have_text("1")
+    expect(chip("offline")).to_have_text("1")
+    for status in ("idle", "offline"):
+        page.click(f'[data-filter="status"] [data-value="{status}"]')
+        rows = page.locator("tr[data-worker-id]")
+        expect(rows).to_have_count(1)
+        expect(rows.first.locator(".badge")).to_have_text(status)
+        page.click(f'[data-filter="status"] [data-value="{status}"]')  # off again
+
+
+def test_a_failed_rollout_says_why_in_its_row_and_on_its_page(page: Page, seeded: Seeded) -> None:
+    page.click('[data-filter="status"] [data-value="failed"]')
+    failed = seeded.rollout_ids["failed"][0]
+    row = page.locator(f'tr[data-rollout-id="{failed}"]')
+    expect(row.locator(".row-error")).to_have_text("TimeoutError: tool call timed out after 10 s")
+    row.locator("a").first.click()
+    notice = page.locator(".failure-notice")
+    expect(notice).to_contain_text("Attempt failed: TimeoutError: tool call timed out after 10 s")
+    expect(page.locator('.span-row[data-name="agentlightning.exception"] .badge')).to_have_text("error")
+    shot(page, "rollout-failed")
+    page.goto(f"{page.url.split('#')[0]}#/rollouts/{seeded.showcase_rollout_id}")
+    expect(page.locator(".span-row").first).to_be_visible()
+    expect(page.locator(".failure-notice")).to_have_count(0)  # its latest attempt succeeded
+
+
+def test_stat_cards_wrap_their_text_instead_of_cutting_it(browser: Browser, server: StoreProcess) -> None:
+    tab, errors = _new_page(browser, {"refreshSeconds": 0})
+    try:
+        tab.set_viewport_size({"width": 900, "height": 900})
+        tab.goto(f"{server.url}/#token={TOKEN}")
+        tab.click('a[data-nav="training"]')
+        expect(tab.locator('[data-stat="val"]')).to_contain_text("latest of 2 validations")
+        clipped = tab.evaluate(
+            """() => [...document.querySelectorAll('.stat-value, .stat-hint')]
+                .filter((el) => el.scrollWidth > el.clientWidth + 1).map((el) => el.textContent)"""
+        )
+        assert clipped == []
+        shot(tab, "training-narrow")
+    finally:
+        tab.context.close()
+    assert errors == [], errors
 
 
 def test_training_page_plots_rewards_and_throughput(page: Page, server: StoreProcess, seeded: Seeded) -> None:

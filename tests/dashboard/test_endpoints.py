@@ -77,7 +77,7 @@ async def test_overview_counts_rollouts_and_workers_by_status(http: httpx.AsyncC
     overview = await get_ok(http, "/dashboard/overview")
     expected = {status: len(ids) for status, ids in seeded.rollout_ids.items()}
     assert {k: v for k, v in overview["rollouts_by_status"].items() if v} == expected
-    assert overview["workers_by_status"] == {"idle": 1, "busy": 1, "unknown": 1}
+    assert overview["workers_by_status"] == {"idle": 2, "busy": 1, "unknown": 1}
     assert overview["statistics"]["total_rollouts"] == seeded.total
 
 
@@ -91,6 +91,8 @@ async def test_rollout_rows_carry_attempts_duration_and_final_reward(http: httpx
         assert rows[rollout_id]["final_reward"] == pytest.approx(reward)
     for rollout_id in seeded.rollout_ids["failed"]:
         assert rows[rollout_id]["final_reward"] is None
+        assert rows[rollout_id]["error"] == "TimeoutError: tool call timed out after 10 s"  # why, in the row
+    assert all(rows[rid]["error"] is None for rid in seeded.rollout_ids["succeeded"])
 
     showcase = rows[seeded.showcase_rollout_id]
     assert showcase["n_attempts"] == 2
@@ -413,3 +415,22 @@ async def test_throughput_takes_any_positive_bucket_size() -> None:
                 assert result["total"] == 1 and len(result["buckets"]) == 1
     finally:
         await server.stop()
+
+
+# ---- workers as the page shows them ----
+
+
+async def test_worker_rows_filter_and_count_by_the_status_shown(http: httpx.AsyncClient) -> None:
+    # The seed's clock is long past: every busy or idle worker has been silent for over a minute.
+    page = await get_ok(http, "/dashboard/workers")
+    assert {w["worker_id"]: w["shown_status"] for w in page["items"]} == {
+        "runner-0": "offline",
+        "runner-1": "offline",
+        "runner-2": "unknown",
+        "runner-3": "offline",
+    }
+    assert page["status_counts"] == {"busy": 0, "idle": 0, "offline": 3, "unknown": 1}
+    offline = await get_ok(http, "/dashboard/workers", status_in="offline", limit=2)
+    assert offline["total"] == 3 and [w["worker_id"] for w in offline["items"]] == ["runner-0", "runner-1"]
+    response = await http.get(API + "/dashboard/workers", params={"status_in": "asleep"})
+    assert response.status_code == 400 and "unknown worker status 'asleep'" in response.text

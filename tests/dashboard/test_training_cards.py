@@ -15,8 +15,11 @@ from agentlightning.types.core import Worker
 from .seed import ManualClock
 
 
-def point(n: int, mode: str, reward: Optional[float], resources_id: str = "res-1") -> RewardPoint:
+def point(
+    n: int, mode: str, reward: Optional[float], resources_id: str = "res-1", run: Optional[str] = None
+) -> RewardPoint:
     return RewardPoint(
+        run=run,
         rollout_id=f"ro-{n}",
         mode=mode,
         status="succeeded",
@@ -48,6 +51,18 @@ def test_new_resources_start_a_round_even_without_training_in_between() -> None:
     assert [(r.resources_id, r.mean_reward) for r in rounds] == [("v1", 0.0), ("v2", 1.0)]
     assert validation_rounds([point(0, "val", None)])[0].mean_reward is None
     assert validation_rounds([point(0, "train", 1.0)]) == []
+
+
+def test_each_run_has_its_own_validation_rounds() -> None:
+    """Two scripts sharing one store: one's training does not split the other's validation round."""
+    points = [
+        point(0, "val", 0.0, run="a.py"),
+        point(1, "train", 1.0, run="b.py"),
+        point(2, "val", 1.0, run="a.py"),
+        point(3, "val", 0.5, run="b.py"),
+    ]
+    rounds = validation_rounds(points)
+    assert [(r.run, r.count, r.mean_reward) for r in rounds] == [("a.py", 2, 0.5), ("b.py", 1, 0.5)]
 
 
 def test_a_worker_silent_for_a_minute_is_offline() -> None:

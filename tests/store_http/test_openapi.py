@@ -72,7 +72,7 @@ def _schemathesis() -> list[str]:
 
 
 @pytest.mark.slow
-def test_every_operation_answers_as_documented(store_endpoint: str) -> None:
+def test_every_operation_answers_as_documented(store_endpoint: str, tmp_path: Path) -> None:
     command = [
         *_schemathesis(),
         "run",
@@ -90,7 +90,9 @@ def test_every_operation_answers_as_documented(store_endpoint: str) -> None:
         "90",
         "--no-color",
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"})
+    run = subprocess.run(  # in tmp_path: schemathesis keeps a cache (.schemathesis/) in its working directory
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "NO_COLOR": "1"}, cwd=tmp_path
+    )
     report = run.stdout + run.stderr
     tested = re.search(r"Tested: (\d+)", report)
     generated = re.search(r"(\d+) generated", report)

@@ -46,7 +46,8 @@ def test_fit_prints_counts_rewards_per_mode_and_the_store(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "5 rollouts: 4 succeeded, 1 failed" in out
     assert "mean reward: train 0.500 (2 rollouts), val 0.375 (2 rollouts)" in out
-    assert "1 finished rollouts reported no reward" in out  # the failed one
+    assert "  failed: 1 x ValueError: negative task" in out  # the failed one is counted by its error
+    assert "reported no reward" not in out
     assert "InMemoryLightningStore, kept in this process only" in out
 
 

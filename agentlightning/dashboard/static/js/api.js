@@ -157,5 +157,6 @@ export const triplets = (rolloutId, attemptId) =>
   request(`/rollouts/${encodeURIComponent(rolloutId)}/triplets`, { attempt_id: attemptId });
 export const resources = (params) => request("/resources", params);
 export const workers = (params) => request("/workers", params);
+export const dashboardWorkers = (params) => request("/dashboard/workers", params);
 export const rewards = (params) => request("/analytics/rewards", params);
 export const throughput = (params) => request("/analytics/throughput", params);

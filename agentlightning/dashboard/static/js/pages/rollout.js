@@ -141,12 +141,34 @@ export function createPage(ctx) {
         },
       );
       let body;
+      const failure = failureNotice(attempt);
       if (!detail) body = h("div", { class: "loading" }, "Loading\u2026");
       else if (detail.error) body = errorBox(detail.error);
       else if (state.tab === "spans") body = spansView();
       else body = tripletsView(detail.triplets, detail.spans.items);
-      return card(`Attempt #${attempt.sequence_id}`, [tabBar, h("div", { class: "tab-body" }, body)], h("span", { class: "mono small muted" }, attempt.attempt_id));
+      return card(`Attempt #${attempt.sequence_id}`, [failure, tabBar, h("div", { class: "tab-body" }, body)], h("span", { class: "mono small muted" }, attempt.attempt_id));
     });
+  }
+
+  // Why the attempt failed, on top of its card: the error the runner recorded (with the traceback one click
+  // away), or how the store ended it. The exception span stays in the tree as well.
+  function failureNotice(attempt) {
+    if (!["failed", "timeout", "unresponsive"].includes(attempt.status)) return null;
+    const spans = detail && detail.spans ? detail.spans.items : [];
+    const exception = [...spans].reverse().find((s) => s.name === "agentlightning.exception");
+    const attrs = exception ? exception.attributes || {} : {};
+    const message = attrs["agentlightning.exception.summary"] || (attrs["exception.type"] ? `${attrs["exception.type"]}: ${String(attrs["exception.message"] || "").split("\n")[0]}` : null);
+    let text = message;
+    if (!text && attempt.status === "timeout") text = "the attempt ran past its RolloutConfig.timeout_seconds";
+    if (!text && attempt.status === "unresponsive") text = "the runner stopped sending heartbeats (RolloutConfig.unresponsive_seconds)";
+    if (!text) text = detail ? "no error was recorded" : "\u2026";
+    return h(
+      "div",
+      { class: "notice failure-notice" },
+      h("strong", {}, `Attempt ${attempt.status}: `),
+      h("span", { class: "failure-text" }, text),
+      attrs["exception.stacktrace"] ? h("details", {}, h("summary", {}, "Traceback"), h("pre", { class: "traceback" }, attrs["exception.stacktrace"])) : null,
+    );
   }
 
   function spansView() {

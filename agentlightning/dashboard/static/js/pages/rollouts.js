@@ -78,7 +78,13 @@ export function createPage(ctx) {
       render: (r) =>
         h("div", { class: "cell-main" }, h("a", { href: `#/rollouts/${encodeURIComponent(r.rollout_id)}`, class: "mono" }, r.rollout_id), h("div", { class: "cell-sub", title: r.input_preview }, r.input_preview)),
     },
-    { key: "status", label: "Status", sortable: true, render: (r) => badge(r.status) },
+    {
+      key: "status",
+      label: "Status",
+      sortable: true,
+      // A failed rollout says why, in its row: the error its latest attempt recorded.
+      render: (r) => (r.error ? h("div", { class: "cell-main" }, badge(r.status), h("div", { class: "cell-sub row-error", title: r.error }, r.error)) : badge(r.status)),
+    },
     { key: "mode", label: "Mode", sortable: true, render: (r) => modeTag(r.mode) },
     { key: "n_attempts", label: "Attempts", class: "num", render: (r) => (r.n_attempts ? String(r.n_attempts) : h("span", { class: "muted" }, "0")) },
     { key: "worker", label: "Worker", render: (r) => (r.latest_attempt && r.latest_attempt.worker_id ? h("span", { class: "mono small" }, r.latest_attempt.worker_id) : h("span", { class: "muted" }, "\u2014")) },

@@ -1,5 +1,6 @@
 // Training: how rewards evolve (train / val, by rollout index or time), how fast rollouts finish, and the
-// mean reward of each resources version (each prompt an optimizer tried).
+// mean reward of each resources version (each prompt an optimizer tried). Runs sharing the store (each
+// `fit` tags its rollouts with its run name) are shown one at a time: the latest, or the one picked.
 
 import * as api from "../api.js";
 import { card, chips, dataTable, empty, errorBox, fmt, h, modeTag, renderIfChanged, rewardCell, stat } from "../components.js";
@@ -22,6 +23,13 @@ function movingAverage(points, window) {
   return out;
 }
 
+// Runs among the points, the most recently active first; "" stands for rollouts no run tagged.
+function runsOf(points) {
+  const last = new Map();
+  for (const p of points) last.set(p.run || "", Math.max(last.get(p.run || "") || 0, p.end_time));
+  return [...last.entries()].sort((a, b) => b[1] - a[1]).map(([run]) => run);
+}
+
 function mean(values) {
   return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;
 }
@@ -33,6 +41,7 @@ export function createPage(ctx) {
     axis: q.get("x") === "time" ? "time" : "index",
     smoothing: SMOOTHING.includes(Number(q.get("smooth"))) ? Number(q.get("smooth")) : 10,
     modes: (q.get("mode") || "").split(",").filter((m) => MODES.includes(m)),
+    run: q.get("run"), // null: follow the latest run; "all": every run merged
   };
   let data = null;
   let serial = 0;
@@ -45,8 +54,20 @@ export function createPage(ctx) {
 
   function update(changes) {
     Object.assign(state, changes);
-    ctx.setQuery({ x: state.axis === "time" ? "time" : "", smooth: state.smoothing === 10 ? "" : state.smoothing, mode: state.modes });
+    ctx.setQuery({ x: state.axis === "time" ? "time" : "", smooth: state.smoothing === 10 ? "" : state.smoothing, mode: state.modes, run: state.run || "" });
     render();
+  }
+
+  // The run shown: the one picked, else the latest; null shows every run merged.
+  function chosenRun() {
+    const runs = runsOf(data.rewards.items);
+    if (state.run === "all" || runs.length === 0) return null;
+    return state.run !== null && runs.includes(state.run) ? state.run : runs[0];
+  }
+
+  function inRun(points) {
+    const run = chosenRun();
+    return run === null ? points : points.filter((p) => (p.run || "") === run);
   }
 
   function rewarded(points) {
@@ -56,7 +77,7 @@ export function createPage(ctx) {
   function renderStats() {
     const counts = data.overview.rollouts_by_status;
     const finished = counts.succeeded + counts.failed + counts.cancelled;
-    const byMode = (mode) => rewarded(data.rewards.items.filter((p) => p.mode === mode)).map((p) => p.final_reward);
+    const byMode = (mode) => rewarded(inRun(data.rewards.items).filter((p) => p.mode === mode)).map((p) => p.final_reward);
     const train = byMode("train");
     const val = byMode("val");
     const recent = data.throughput.buckets.slice(-10);
@@ -66,7 +87,7 @@ export function createPage(ctx) {
     const live = data.overview.live_workers_by_status || data.overview.workers_by_status;
     const workers = { busy: live.busy, idle: live.idle, offline: data.overview.workers_offline || 0, unknown: data.overview.workers_by_status.unknown };
     // Validation rounds are compared, never pooled: the card shows the latest round and the first for reference.
-    const rounds = (data.rewards.val_rounds || []).filter((r) => r.mean_reward !== null);
+    const rounds = inRun(data.rewards.val_rounds || []).filter((r) => r.mean_reward !== null);
     const latest = rounds.length ? rounds[rounds.length - 1] : null;
     const valHint = !latest
       ? "no val rewards"
@@ -88,11 +109,29 @@ export function createPage(ctx) {
     );
   }
 
+  function runSelect() {
+    const runs = runsOf(data.rewards.items);
+    if (runs.length < 2) return null;
+    const chosen = chosenRun();
+    return h(
+      "label",
+      { class: "inline-select" },
+      "Run ",
+      h(
+        "select",
+        { id: "run-select", onchange: (e) => update({ run: e.target.value }) },
+        runs.map((run, i) => h("option", { value: run, selected: run === chosen }, `${run || "rollouts of no run"}${i === 0 ? " (latest)" : ""}`)),
+        h("option", { value: "all", selected: chosen === null }, `all ${runs.length} runs, merged`),
+      ),
+    );
+  }
+
   function renderControls() {
-    renderIfChanged(controlsHolder, { ...state }, () =>
+    renderIfChanged(controlsHolder, { ...state, runs: runsOf(data.rewards.items), chosen: chosenRun() }, () =>
       h(
         "div",
         { class: "filter-row" },
+        runSelect(),
         chips({ label: "Mode", name: "mode", options: MODES, selected: state.modes, onChange: (modes) => update({ modes }) }),
         h(
           "div",
@@ -120,7 +159,7 @@ export function createPage(ctx) {
     const modes = state.modes.length ? state.modes : MODES;
     const series = [];
     for (const mode of modes) {
-      const points = rewarded(data.rewards.items.filter((p) => (p.mode || "none") === mode)).map((p, i) => ({
+      const points = rewarded(inRun(data.rewards.items).filter((p) => (p.mode || "none") === mode)).map((p, i) => ({
         x: state.axis === "index" ? i + 1 : p.end_time,
         y: p.final_reward,
         label: `${mode} #${i + 1}`,
@@ -130,7 +169,7 @@ export function createPage(ctx) {
       series.push({ key: `${mode}-raw`, name: `${mode} (each rollout)`, color: COLORS[mode], points, style: "points", legend: state.smoothing > 1 });
       series.push({ key: mode, name: state.smoothing > 1 ? `${mode} (moving average)` : mode, color: COLORS[mode], points: movingAverage(points, state.smoothing), dots: state.smoothing <= 1 });
     }
-    const view = { series: series.map((s) => [s.key, s.points.length, s.points.at(-1)]), axis: state.axis, smoothing: state.smoothing, total: data.rewards.total };
+    const view = { series: series.map((s) => [s.key, s.points.length, s.points.at(-1)]), axis: state.axis, smoothing: state.smoothing, total: data.rewards.total, run: chosenRun() };
     renderIfChanged(rewardHolder, view, () =>
       card(
         "Reward",
@@ -175,7 +214,7 @@ export function createPage(ctx) {
 
   function renderVersions() {
     const groups = new Map();
-    for (const p of rewarded(data.rewards.items)) {
+    for (const p of rewarded(inRun(data.rewards.items))) {
       const key = `${p.resources_id || "none"}|${p.mode || "none"}`;
       if (!groups.has(key)) groups.set(key, { resources_id: p.resources_id, mode: p.mode, rewards: [], first: p.end_time, last: p.end_time });
       const g = groups.get(key);

@@ -3,7 +3,8 @@
 import * as api from "../api.js";
 import { ago, badge, card, chips, dataTable, empty, errorBox, fmt, h, jsonView, kvTable, openDrawer, pagination, renderIfChanged } from "../components.js";
 
-const STATUSES = ["busy", "idle", "unknown"];
+// The status the page shows (and filters and counts by): busy and idle only while heartbeats arrive.
+const STATUSES = ["busy", "idle", "offline", "unknown"];
 const STALE_SECONDS = 60;
 
 function stats(worker) {
@@ -16,12 +17,9 @@ function usage(value) {
   return h("div", { class: "meter", title: `${pct.toFixed(1)}%` }, h("div", { class: ["meter-fill", pct > 90 ? "hot" : pct > 70 ? "warm" : ""], style: { width: `${pct}%` } }), h("span", {}, fmt.percent(pct)));
 }
 
-// The store keeps a worker's last status after its process ends; silence past STALE_SECONDS reads as offline.
+// The store keeps a worker's last status after its process ends; the server reads silence as offline.
 function shownStatus(worker) {
-  const times = [worker.last_heartbeat_time, worker.last_dequeue_time, worker.last_busy_time, worker.last_idle_time].filter((t) => t);
-  const seen = times.length ? Math.max(...times) : null;
-  if (worker.status !== "unknown" && seen !== null && api.serverNow() - seen > STALE_SECONDS) return "offline";
-  return worker.status;
+  return worker.shown_status || worker.status;
 }
 
 function heartbeat(worker) {
@@ -116,13 +114,12 @@ export function createPage(ctx) {
   async function refresh() {
     const mine = ++serial;
     try {
-      const [result, overview] = await Promise.all([
-        api.workers({ status_in: state.status, sort_by: "worker_id", sort_order: "asc", limit: state.limit, offset: state.offset }),
-        api.overview(),
+      const [result] = await Promise.all([
+        api.dashboardWorkers({ status_in: state.status, sort_by: "worker_id", sort_order: "asc", limit: state.limit, offset: state.offset }),
       ]);
       if (mine !== serial) return;
       data = result;
-      counts = overview.workers_by_status;
+      counts = result.status_counts;
       render();
     } catch (error) {
       if (mine === serial && !data) renderIfChanged(tableHolder, { error: error.message }, () => errorBox(error));

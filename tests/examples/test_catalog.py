@@ -1,0 +1,79 @@
+"""docs/examples.md lists every example with the extras it needs and its offline run, and the table is true.
+
+Every third-party package an example's files import (anywhere, lazily too) must come with the core
+dependencies or the extras its row lists; an extra named must exist in pyproject.toml; a command shown
+with `--quick` must be a script that has that option, and every script named must exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = ROOT / "docs" / "examples.md"
+ROW = re.compile(r"^\| `((?:examples|contrib/recipes)/[\w-]+/)` \|(.*)\|(.*)\|(.*)\|$", re.MULTILINE)
+
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", spec, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _lists(section: str) -> dict[str, list[str]]:
+    """`name = ["spec", ...]` entries of one pyproject.toml table (no tomllib on Python 3.10)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    body = text.split(f"\n[{section}]\n", 1)[1].split("\n[", 1)[0]
+    body = "\n".join(line.split(" #")[0] for line in body.splitlines() if not line.lstrip().startswith("#"))
+    return {
+        name: re.findall(r'"([^"]+)"', items)
+        for name, items in re.findall(r"^([\w-]+) = \[(.*?)\]\s*$", body, flags=re.MULTILINE | re.DOTALL)
+    }
+
+
+def _rows() -> dict[str, tuple[str, str]]:
+    return {folder: (extras, run) for folder, _, extras, run in ROW.findall(CATALOG.read_text())}
+
+
+def _third_party_imports(folder: Path) -> set[str]:
+    local = {p.stem for p in folder.rglob("*.py")} | {"tests", "agentlightning"}
+    modules: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules.add(node.module.split(".")[0])
+    return {m for m in modules if m not in local and m not in sys.stdlib_module_names and m != "__future__"}
+
+
+def test_every_example_folder_has_a_row() -> None:
+    folders = {f"examples/{p.name}/" for p in (ROOT / "examples").iterdir() if p.is_dir()}
+    folders |= {f"contrib/recipes/{p.name}/" for p in (ROOT / "contrib" / "recipes").iterdir() if p.is_dir()}
+    assert folders <= set(_rows()), sorted(folders - set(_rows()))
+
+
+def test_the_extras_listed_cover_every_import() -> None:
+    extras = _lists("project.optional-dependencies")
+    core = {_requirement_name(spec) for spec in _lists("project")["dependencies"]}
+    assert "anthropic" in {_requirement_name(spec) for spec in extras["examples"]} and "openai" in core
+    distributions = importlib.metadata.packages_distributions()
+    for folder, (extras_cell, _) in _rows().items():
+        named = set(re.findall(r"`([\w-]+)`", extras_cell))
+        unknown = {name for name in named if name not in extras}
+        assert not unknown, f"{folder}: no extra named {sorted(unknown)} in pyproject.toml"
+        provided = core | {_requirement_name(spec) for name in named for spec in extras[name]}
+        for module in sorted(_third_party_imports(ROOT / folder)):
+            dists = {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
+            assert dists & provided, f"{folder} imports {module!r}, which none of {sorted(named) or 'no extras'} brings"
+
+
+def test_quick_is_shown_only_for_scripts_that_have_it() -> None:
+    for folder, (_, run_cell) in _rows().items():
+        for command in re.findall(r"`(python [^`]+)`", run_cell):
+            script = ROOT / command.split()[1]
+            assert script.is_file(), f"{folder}: {command!r} names a missing script"
+            if "--quick" in command.split():
+                assert '"--quick"' in script.read_text(), f"{folder}: {script.name} has no --quick option"
