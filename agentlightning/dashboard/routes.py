@@ -29,8 +29,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from agentlightning.store.base import LightningStore
-from agentlightning.store_http.bodies import StoreRoute, json_response
+from agentlightning.store_http.bodies import StoreRoute, int64_query, json_response
 from agentlightning.store_http.errors import HTTPError
+from agentlightning.store_http.openapi import document_parameter
 from agentlightning.types import WORKER_STATUSES
 
 from .analytics import MAX_SERIES_POINTS, reward_series, throughput
@@ -38,7 +39,7 @@ from .finished import FinishedRollouts
 from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
 from .triplets import NoSuchAttempt, attempt_triplets
-from .workers import split_offline, worker_page
+from .workers import SHOWN_WORKER_STATUSES, split_offline, worker_page
 
 __all__ = [
     "API_PREFIX",
@@ -125,8 +126,8 @@ def build_dashboard_router() -> APIRouter:
         rollout_id_contains: Optional[str] = None,
         sort_by: Optional[str] = "start_time",
         sort_order: str = "desc",
-        limit: int = 20,
-        offset: int = 0,
+        limit: int = int64_query(20),
+        offset: int = int64_query(0),
     ) -> Response:
         page = await summarize_rollouts(
             _store(request),
@@ -141,14 +142,16 @@ def build_dashboard_router() -> APIRouter:
         )
         return json_response(page)
 
+    document_parameter(API_PREFIX + "/dashboard/workers", "status_in", items={"enum": list(SHOWN_WORKER_STATUSES)})
+
     @api.get("/dashboard/workers")
     async def workers(
         request: Request,
         status_in: Optional[list[str]] = Query(None),
         sort_by: Optional[str] = "worker_id",
         sort_order: str = "asc",
-        limit: int = 20,
-        offset: int = 0,
+        limit: int = int64_query(20),
+        offset: int = int64_query(0),
     ) -> Response:
         page = await worker_page(
             _store(request),

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from agentlightning.store.utils import SORTABLE_FIELDS
 from agentlightning.types.core import ATTEMPT_STATUSES, ROLLOUT_MODES, ROLLOUT_STATUSES, WORKER_STATUSES
 
-__all__ = ["ERROR_BODY_SCHEMA", "json_body", "store_openapi"]
+__all__ = ["ERROR_BODY_SCHEMA", "json_body", "document_parameter", "store_openapi"]
 
 _REF = "#/components/schemas/{model}"
 # Component schemas of the request bodies named by `json_body`, filled as routers are built.
@@ -118,9 +118,17 @@ _ROUTE_ENTITY = {
     "/v1/agl/rollouts/{rollout_id}/attempts": "attempt",
     "/v1/agl/spans": "span",
     "/v1/agl/workers": "worker",
+    "/v1/agl/dashboard/workers": "worker",
     "/v1/agl/resources": "resources",
 }
 _STATUSES = {"rollout": ROLLOUT_STATUSES, "worker": WORKER_STATUSES}
+# Rules routers outside this package declare for their own query parameters (see `document_parameter`).
+_PARAMETER_RULES: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def document_parameter(path: str, name: str, **rule: Any) -> None:
+    """Declare what the route at `path` accepts for query parameter `name` (JSON Schema keywords, e.g. `enum`)."""
+    _PARAMETER_RULES[(path, name)] = rule
 
 
 def _narrow(schema: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -158,7 +166,9 @@ def _constrain_parameters(path: str, operation: dict[str, Any]) -> None:
         if parameter.get("in") != "query":
             continue
         name, schema = parameter["name"], parameter.setdefault("schema", {})
-        if name in _BY_NAME:
+        if (path, name) in _PARAMETER_RULES:
+            _narrow(schema, _PARAMETER_RULES[(path, name)])
+        elif name in _BY_NAME:
             rule = dict(_BY_NAME[name])
             if "minimum" in rule and "minimum" in schema:  # the tighter bounds win (a route may declare its own)
                 rule["minimum"] = max(rule["minimum"], schema["minimum"])
