@@ -246,6 +246,12 @@ def match_rewards(
             _assign_in_order(parent.children, by_anchor, report)
 
 
+_END_SLACK_S = 0.05
+"""An instrumentation that ends its span in a callback (OpenTelemetry's Node.js OpenAI instrumentation) can
+stamp the end a moment after the agent's code resumed and emitted its reward: a call that started before
+the reward and ended within this many seconds after it still counts as ended before it."""
+
+
 def _order_key(node: TraceTree) -> tuple[float, int]:
     return (node.start_time, node.span.sequence_id)
 
@@ -262,7 +268,7 @@ def _assign_in_order(nodes: Iterable[TraceTree], by_anchor: dict[int, LlmCall], 
             continue
         report.n_reward_spans += 1
         target = next(
-            (c for c in reversed(seen) if c.reward is None and c.anchor.end_time <= node.start_time),
+            (c for c in reversed(seen) if c.reward is None and c.anchor.end_time <= node.start_time + _END_SLACK_S),
             None,
         )
         if target is None:

@@ -146,6 +146,18 @@ def test_first_occurrence_rewards_go_to_latest_unrewarded_call_that_ended_before
     assert adapter.last_report.n_reward_spans == 3
 
 
+def test_a_reward_stamped_just_before_its_calls_late_recorded_end_still_goes_to_that_call():
+    """Node.js's OpenAI instrumentation ends a call's span in a callback that can run just after the agent
+    resumed and emitted its reward: a few milliseconds of slack keep the reward on that call."""
+    f = SpanFactory()
+    agent = f.agent("a", start=0, end=30)
+    c1 = f.openai_call([USER], response_id="r1", prompt_ids=[1], response_ids=[2], parent=agent, start=1, end=2)
+    c2 = f.openai_call([USER], response_id="r2", prompt_ids=[1], response_ids=[2], parent=agent, start=3, end=10.003)
+    reward = f.reward(1.0, parent=agent, start=10.001, end=10.002)
+    triplets = TracerTraceToTriplet().adapt([agent, c1, c2, reward])
+    assert [t.reward for t in triplets] == [None, 1.0]
+
+
 def test_multi_dimensional_reward_kept_in_metadata():
     from agentlightning.emitter.reward import emit_reward
 
