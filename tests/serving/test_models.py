@@ -64,3 +64,21 @@ def test_smollm2_loads_and_chats_offline() -> None:
     finally:
         engine.close()
     assert "Paris" in end.text
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu sse avx2 avx512f avx512_bf16 avx512_vnni", True),
+        ("fpu sse avx2 amx_tile amx_bf16 amx_int8", True),
+        ("fpu sse avx2 avx512f avx512bw", False),
+    ],
+)
+def test_bfloat16_arithmetic_is_read_from_the_cpu_flags(tmp_path: Path, flags: str, expected: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+    assert models.cpu_computes_bfloat16(str(cpuinfo)) is expected
+
+
+def test_an_unreadable_cpuinfo_means_no_bfloat16_arithmetic(tmp_path: Path) -> None:
+    assert models.cpu_computes_bfloat16(str(tmp_path / "missing")) is False
