@@ -355,7 +355,7 @@ class LightningStoreClient(ForwardingLightningStore):
             else:
                 if status < 400:
                     return body
-                error = exception_from_response(status, body, url)
+                error = exception_from_response(status, body, url, method)
                 if none_if_missing and isinstance(error, LightningStoreNotFoundError):
                     if error.error_type == NOT_FOUND_ERROR_TYPE:
                         return None
