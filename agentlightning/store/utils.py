@@ -246,8 +246,9 @@ def check_pagination(limit: int, offset: int) -> None:
         raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
 
 
-def check_sort(entity: str, sort_by: Optional[str], sort_order: str) -> None:
-    if sort_order not in ("asc", "desc"):
+def check_sort(entity: str, sort_by: Optional[str], sort_order: Optional[str]) -> None:
+    """`sort_order` None means ascending, as in v0.3."""
+    if sort_order not in ("asc", "desc", None):
         raise ValueError(f"sort_order must be 'asc' or 'desc', got {sort_order!r}")
     if sort_by is not None and sort_by not in SORTABLE_FIELDS[entity]:
         raise ValueError(f"cannot sort {entity} by {sort_by!r}; sortable fields: {', '.join(SORTABLE_FIELDS[entity])}")
