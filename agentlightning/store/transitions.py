@@ -3,7 +3,7 @@
 A backend reads the rows a call touches, asks these functions what follows from a change (the rollout's
 new status and `end_time`, the queue, the worker, a span's heartbeat), and writes the answer to its own
 storage. The collection store and the SQL store only *apply* these decisions, so they cannot drift apart.
-The status rules the decisions rest on (`rollout_status_from_attempt`, ...) are in `store.utils`.
+The status rules the decisions rest on (`rollout_status_for_attempt`, ...) are in `store.utils`.
 
 Which status may follow which is written once, in `ALLOWED_TRANSITIONS`: finished rollouts and attempts stay
 finished, and an attempt the store gave up on (timed out, unresponsive) or replaced by a newer one is *stale*:
@@ -28,7 +28,7 @@ from agentlightning.types import (
     Span,
 )
 
-from .utils import new_attempt_id, rollout_status_from_attempt, worker_status_from_attempt
+from .utils import new_attempt_id, rollout_status_for_attempt, worker_status_from_attempt
 
 __all__ = [
     "StateConflictError",
@@ -275,7 +275,7 @@ def rollout_status_after_attempt(rollout: Rollout, attempt: Attempt) -> Optional
     A finished rollout (cancelled included) stays as it is whatever its attempts report afterwards, and a
     rollout requeued by hand stays queued until an attempt is claimed (see `ALLOWED_TRANSITIONS`).
     """
-    status = rollout_status_from_attempt(attempt, rollout.config)
+    status = rollout_status_for_attempt(attempt, rollout.config)
     if status == rollout.status or not transition_allowed("rollout", rollout.status, status):
         return None
     return status
