@@ -173,7 +173,7 @@ class DevTaskLoader(AgentLightningClient):
     As in v0.3, plain inputs become tasks named by their place in the list (`local_task_001`, ...), the
     resources are `"local"` unless a `ResourcesUpdate` is given, asking for other resources raises
     `ValueError`, and `post_rollout` answers `{"status": "received", "rollout_id": ...}`. `Task` objects are
-    served as they are. Posted rollouts are kept in `rollouts`. Use with `Trainer(dev=True).fit_v0(agent, url, dev_backend=loader)`
+    served as they are. Posted rollouts are kept in `rollouts`. Use with `Trainer(dev=True).fit_v0(agent, url, dev_data=loader)`
     or a `LegacyAgentRunner` with `max_tasks` (the cycle never ends by itself).
     """
 
