@@ -152,9 +152,7 @@ def attempt_revived_by_span(attempt: Attempt, rollout: Rollout, latest_sequence_
     attempt superseded by a newer one stays stale, so a rollout still never gets two succeeded attempts.
     """
     return (
-        attempt.status == "unresponsive"
-        and attempt.sequence_id >= latest_sequence_id
-        and rollout.status == "requeuing"
+        attempt.status == "unresponsive" and attempt.sequence_id >= latest_sequence_id and rollout.status == "requeuing"
     )
 
 

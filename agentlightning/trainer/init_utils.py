@@ -158,7 +158,9 @@ def instantiate_from_spec(
     elif callable(type_spec):
         target = type_spec
     else:
-        raise ArgumentTypeError(f"{spec_name} dict 'type' must be a class, factory or string, got {type(type_spec).__name__}")
+        raise ArgumentTypeError(
+            f"{spec_name} dict 'type' must be a class, factory or string, got {type(type_spec).__name__}"
+        )
     return _build_from_target(target, kwargs, optional_defaults)
 
 

@@ -113,9 +113,10 @@ async def test_health_url_is_the_absolute_probe_url() -> None:
     launcher = PythonServerLauncher(APP, PythonServerLauncherArgs(launch_mode="asyncio", healthcheck_url="whoami"))
     await launcher.start()
     try:
-        assert launcher.health_url == f"{launcher.access_endpoint}/whoami"
+        health_url = launcher.health_url
+        assert health_url is not None and health_url == f"{launcher.access_endpoint}/whoami"
         async with httpx.AsyncClient() as client:
-            assert (await client.get(launcher.health_url)).json() == {"pid": os.getpid()}
+            assert (await client.get(health_url)).json() == {"pid": os.getpid()}
     finally:
         await launcher.stop()
     assert PythonServerLauncher(APP, PythonServerLauncherArgs(port=8123)).health_url is None
