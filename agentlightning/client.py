@@ -9,11 +9,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import httpx
 
-from agentlightning.types import GenericResponse, NamedResources, ResourcesUpdate, RolloutLegacy, Task, TaskIfAny
+from agentlightning.types import NamedResources, ResourcesUpdate, RolloutLegacy, Task, TaskIfAny
 from agentlightning.types.core import TaskInput
 from agentlightning.utils.deprecation import warn_deprecated_once
 
@@ -31,15 +31,21 @@ def _task_from(response: httpx.Response) -> Optional[Task]:
 
 
 def _resources_from(response: httpx.Response) -> Optional[ResourcesUpdate]:
-    if response.status_code == 404:
-        return None
     response.raise_for_status()
     return ResourcesUpdate.model_validate(response.json())
 
 
-def _generic_from(response: httpx.Response) -> GenericResponse:
+def _json_from(response: httpx.Response) -> Optional[dict[str, Any]]:
     response.raise_for_status()
-    return GenericResponse.model_validate(response.json())
+    answer = response.json()
+    return answer if isinstance(answer, dict) else None
+
+
+_REQUEST_ERRORS = (httpx.HTTPError, ValueError)
+
+
+def _none_on_error(what: str, url: str, exc: Exception) -> None:
+    logger.debug("%s %s failed: %s", what, url, exc)
 
 
 class AgentLightningClient:
@@ -47,7 +53,9 @@ class AgentLightningClient:
 
     `poll_next_task` asks for a task every `poll_interval` seconds until one is available (or, with
     `max_polls`, gives up and returns None); connection problems while polling are logged and retried.
-    `get_*_resources*` return None for unknown ids. `timeout` bounds each HTTP request.
+    As in v0.3, `get_*_resources*` and `post_rollout*` return None when the request fails (unknown id,
+    server error, no connection); `post_rollout*` otherwise returns the server's JSON answer
+    (`{"status": "success", "message": ...}`). `timeout` bounds each HTTP request.
     """
 
     def __init__(self, endpoint: str, poll_interval: float = 5.0, timeout: float = 10.0) -> None:
@@ -93,19 +101,29 @@ class AgentLightningClient:
                     return None
                 await asyncio.sleep(self.poll_interval)
 
+    async def _get_async(self, path: str) -> Optional[ResourcesUpdate]:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as http:
+                return _resources_from(await http.get(self._url(path)))
+        except _REQUEST_ERRORS as exc:
+            _none_on_error("GET", self._url(path), exc)
+            return None
+
     async def get_resources_by_id_async(self, resource_id: str) -> Optional[ResourcesUpdate]:
-        async with httpx.AsyncClient(timeout=self.timeout) as http:
-            return _resources_from(await http.get(self._url(f"/resources/{resource_id}")))
+        return await self._get_async(f"/resources/{resource_id}")
 
     async def get_latest_resources_async(self) -> Optional[ResourcesUpdate]:
-        async with httpx.AsyncClient(timeout=self.timeout) as http:
-            return _resources_from(await http.get(self._url("/resources/latest")))
+        return await self._get_async("/resources/latest")
 
-    async def post_rollout_async(self, rollout: RolloutLegacy) -> GenericResponse:
-        async with httpx.AsyncClient(timeout=self.timeout) as http:
-            return _generic_from(
-                await http.post(self._url("/rollout"), content=rollout.model_dump_json(), headers=_JSON)
-            )
+    async def post_rollout_async(self, rollout: RolloutLegacy) -> Optional[dict[str, Any]]:
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as http:
+                return _json_from(
+                    await http.post(self._url("/rollout"), content=rollout.model_dump_json(), headers=_JSON)
+                )
+        except _REQUEST_ERRORS as exc:
+            _none_on_error("POST", self._url("/rollout"), exc)
+            return None
 
     # ---- sync ----
 
@@ -126,24 +144,36 @@ class AgentLightningClient:
                     return None
                 time.sleep(self.poll_interval)
 
+    def _get(self, path: str) -> Optional[ResourcesUpdate]:
+        try:
+            with httpx.Client(timeout=self.timeout) as http:
+                return _resources_from(http.get(self._url(path)))
+        except _REQUEST_ERRORS as exc:
+            _none_on_error("GET", self._url(path), exc)
+            return None
+
     def get_resources_by_id(self, resource_id: str) -> Optional[ResourcesUpdate]:
-        with httpx.Client(timeout=self.timeout) as http:
-            return _resources_from(http.get(self._url(f"/resources/{resource_id}")))
+        return self._get(f"/resources/{resource_id}")
 
     def get_latest_resources(self) -> Optional[ResourcesUpdate]:
-        with httpx.Client(timeout=self.timeout) as http:
-            return _resources_from(http.get(self._url("/resources/latest")))
+        return self._get("/resources/latest")
 
-    def post_rollout(self, rollout: RolloutLegacy) -> GenericResponse:
-        with httpx.Client(timeout=self.timeout) as http:
-            return _generic_from(http.post(self._url("/rollout"), content=rollout.model_dump_json(), headers=_JSON))
+    def post_rollout(self, rollout: RolloutLegacy) -> Optional[dict[str, Any]]:
+        try:
+            with httpx.Client(timeout=self.timeout) as http:
+                return _json_from(http.post(self._url("/rollout"), content=rollout.model_dump_json(), headers=_JSON))
+        except _REQUEST_ERRORS as exc:
+            _none_on_error("POST", self._url("/rollout"), exc)
+            return None
 
 
 class DevTaskLoader(AgentLightningClient):
     """Deprecated in-process stand-in for a server: serves `tasks` in a cycle with fixed `resources`.
 
-    Plain inputs become tasks with fresh rollout ids; `Task` objects are served as they are. Posted
-    rollouts are kept in `rollouts`. Use with `Trainer(dev=True).fit_v0(agent, url, dev_backend=loader)`
+    As in v0.3, plain inputs become tasks named by their place in the list (`local_task_001`, ...), the
+    resources are `"local"` unless a `ResourcesUpdate` is given, asking for other resources raises
+    `ValueError`, and `post_rollout` answers `{"status": "received", "rollout_id": ...}`. `Task` objects are
+    served as they are. Posted rollouts are kept in `rollouts`. Use with `Trainer(dev=True).fit_v0(agent, url, dev_data=loader)`
     or a `LegacyAgentRunner` with `max_tasks` (the cycle never ends by itself).
     """
 
@@ -161,7 +191,7 @@ class DevTaskLoader(AgentLightningClient):
             self._resources = resources
         else:
             self._resources = ResourcesUpdate(
-                resources_id="rs-dev", create_time=now, update_time=now, version=1, resources=resources
+                resources_id="local", create_time=now, update_time=now, version=1, resources=resources
             )
         self._tasks = list(tasks)
         self._served = 0
@@ -181,12 +211,13 @@ class DevTaskLoader(AgentLightningClient):
         return list(self._rollouts)
 
     def poll_next_task(self, *, max_polls: Optional[int] = None) -> Optional[Task]:
-        item = self._tasks[self._served % len(self._tasks)]
+        index = self._served % len(self._tasks)
+        item = self._tasks[index]
         self._served += 1
         if isinstance(item, Task):
             return item
         return Task(
-            rollout_id=f"ro-dev-{self._served:04d}",
+            rollout_id=f"local_task_{index + 1:03d}",
             input=item,
             resources_id=self._resources.resources_id,
             create_time=time.time(),
@@ -194,14 +225,18 @@ class DevTaskLoader(AgentLightningClient):
         )
 
     def get_resources_by_id(self, resource_id: str) -> Optional[ResourcesUpdate]:
-        return self._resources if resource_id == self._resources.resources_id else None
+        if resource_id != self._resources.resources_id:
+            raise ValueError(
+                f"resources {resource_id!r} not found; this DevTaskLoader only has {self._resources.resources_id!r}"
+            )
+        return self._resources
 
     def get_latest_resources(self) -> Optional[ResourcesUpdate]:
         return self._resources
 
-    def post_rollout(self, rollout: RolloutLegacy) -> GenericResponse:
+    def post_rollout(self, rollout: RolloutLegacy) -> Optional[dict[str, Any]]:
         self._rollouts.append(rollout)
-        return GenericResponse(message=f"rollout {rollout.rollout_id} received")
+        return {"status": "received", "rollout_id": rollout.rollout_id}
 
     async def poll_next_task_async(self, *, max_polls: Optional[int] = None) -> Optional[Task]:
         return self.poll_next_task(max_polls=max_polls)
@@ -212,5 +247,5 @@ class DevTaskLoader(AgentLightningClient):
     async def get_latest_resources_async(self) -> Optional[ResourcesUpdate]:
         return self.get_latest_resources()
 
-    async def post_rollout_async(self, rollout: RolloutLegacy) -> GenericResponse:
+    async def post_rollout_async(self, rollout: RolloutLegacy) -> Optional[dict[str, Any]]:
         return self.post_rollout(rollout)

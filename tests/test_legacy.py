@@ -134,7 +134,7 @@ def test_sync_client_round_trip(server: AgentLightningServer) -> None:
     assert client.get_resources_by_id("rs-unknown") is None
 
     answer = client.post_rollout(RolloutLegacy(rollout_id=rollout_id, final_reward=0.75))
-    assert answer.status == "success" and rollout_id in (answer.message or "")
+    assert answer is not None and answer["status"] == "success" and rollout_id in answer["message"]
     completed = asyncio.run(server.get_completed_rollout(rollout_id))
     assert completed is not None and completed.final_reward == 0.75
     assert completed.task is not None and completed.task.rollout_id == rollout_id  # filled in by the server
@@ -204,6 +204,19 @@ def test_unclaimed_task_timeout_requeues_it_at_the_tail() -> None:
         asyncio.run(srv.stop())
 
 
+async def test_client_answers_none_when_the_server_cannot_be_reached() -> None:
+    """v0.3's client returns None on any failed request (it never raises from these calls)."""
+    from agentlightning.utils.server_launcher import pick_free_port
+
+    client = AgentLightningClient(f"http://127.0.0.1:{pick_free_port()}", poll_interval=0.01, timeout=2.0)
+    assert client.get_latest_resources() is None
+    assert client.get_resources_by_id("rs-1") is None
+    assert client.post_rollout(RolloutLegacy(rollout_id="ro-1", final_reward=1.0)) is None
+    assert await client.get_latest_resources_async() is None
+    assert await client.get_resources_by_id_async("rs-1") is None
+    assert await client.post_rollout_async(RolloutLegacy(rollout_id="ro-1", final_reward=1.0)) is None
+
+
 def test_server_rejects_non_positive_task_timeout() -> None:
     with pytest.raises(ValueError, match="task_timeout_seconds"):
         AgentLightningServer(task_timeout_seconds=0)
@@ -218,12 +231,16 @@ def test_dev_task_loader_serves_tasks_in_a_cycle_with_fixed_resources() -> None:
     served = [loader.poll_next_task() for _ in range(4)]
     assert [t.input for t in served if t is not None] == [1, "given", 1, "given"]
     ids = [t.rollout_id for t in served if t is not None]
-    assert ids[1] == ids[3] == "ro-fixed" and ids[0] != ids[2]
+    # v0.3's shapes: tasks named by their place in the list, resources "local".
+    assert ids == ["local_task_001", "ro-fixed", "local_task_001", "ro-fixed"]
     latest = loader.get_latest_resources()
-    assert latest is not None and latest.resources == RESOURCES
-    assert loader.get_resources_by_id(latest.resources_id) is latest
-    assert loader.get_resources_by_id("rs-other") is None
-    loader.post_rollout(RolloutLegacy(rollout_id=ids[0], final_reward=1.0))
+    assert latest is not None and latest.resources == RESOURCES and latest.resources_id == "local"
+    assert served[0] is not None and served[0].resources_id == "local"
+    assert loader.get_resources_by_id("local") is latest
+    with pytest.raises(ValueError, match="rs-other"):
+        loader.get_resources_by_id("rs-other")
+    answer = loader.post_rollout(RolloutLegacy(rollout_id=ids[0], final_reward=1.0))
+    assert answer == {"status": "received", "rollout_id": "local_task_001"}
     assert [r.rollout_id for r in loader.rollouts] == [ids[0]]
 
 
@@ -296,7 +313,7 @@ async def test_runner_accepts_the_legacy_result_types(
     loader = DevTaskLoader(["task"], RESOURCES, poll_interval=0.01)
     await run_runner(LegacyAgentRunner(Scripted(result), loader, tracer, max_tasks=1))
     (posted,) = loader.rollouts
-    assert posted.rollout_id.startswith("ro-dev-")
+    assert posted.rollout_id == "local_task_001"
     assert posted.final_reward == reward
     assert (None if posted.triplets is None else len(posted.triplets)) == n_triplets
     if isinstance(result, list) and isinstance(result[0], dict):
@@ -370,6 +387,54 @@ def test_fit_v0_in_dev_mode_uses_the_dev_backend(tracer: OtelTracer) -> None:
     trainer = agl.Trainer(dev=True, max_rollouts=1, tracer=tracer, strategy="shm")
     trainer.fit_v0(half_of_x, "http://127.0.0.1:1", dev_backend=loader)
     assert [r.final_reward for r in loader.rollouts] == [3.0]
+
+
+def test_fit_v0_takes_dev_data_as_in_v03(tracer: OtelTracer) -> None:
+    loader = DevTaskLoader([{"x": 6}], RESOURCES, poll_interval=0.01)
+    trainer = agl.Trainer(dev=True, max_rollouts=1, tracer=tracer, strategy="shm")
+    trainer.fit_v0(half_of_x, "http://127.0.0.1:1", val_data=None, dev_data=loader)
+    assert [r.final_reward for r in loader.rollouts] == [3.0]
+    with pytest.raises(ValueError, match="dev_data and dev_backend"):
+        trainer.fit_v0(half_of_x, "http://127.0.0.1:1", dev_data=loader, dev_backend=loader)
+
+
+class V01Agent(LitAgent[Any]):
+    """A v0.1 agent: `training_rollout(self, task, rollout_id, resources)`, as v0.3's examples still write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, str, Any]] = []
+
+    def training_rollout(self, task: Any, rollout_id: str, resources: NamedResources) -> float:  # type: ignore[override]
+        self.calls.append((task, rollout_id, resources))
+        return float(task["x"])
+
+    def validation_rollout(self, task: Any, rollout_id: str, resources: NamedResources) -> float:  # type: ignore[override]
+        return self.training_rollout(task, rollout_id, resources)
+
+
+class V01AsyncAgent(LitAgent[Any]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, str, Any]] = []
+
+    async def training_rollout_async(self, task: Any, rollout_id: str, resources: NamedResources) -> float:  # type: ignore[override]
+        self.calls.append((task, rollout_id, resources))
+        return float(task["x"]) * 2
+
+    async def validation_rollout_async(self, task: Any, rollout_id: str, resources: NamedResources) -> float:  # type: ignore[override]
+        return await self.training_rollout_async(task, rollout_id, resources)
+
+
+@pytest.mark.parametrize(("agent_class", "factor"), [(V01Agent, 1.0), (V01AsyncAgent, 2.0)])
+async def test_legacy_runner_calls_a_v01_training_rollout_with_its_arguments(
+    tracer: OtelTracer, agent_class: type[Any], factor: float
+) -> None:
+    agent = agent_class()
+    loader = DevTaskLoader([Task(rollout_id="ro-1", input={"x": 3}, mode="train")], RESOURCES, poll_interval=0.01)
+    await run_runner(LegacyAgentRunner(agent, loader, tracer, max_tasks=1))
+    assert agent.calls == [({"x": 3}, "ro-1", RESOURCES)]  # not the rollout object as `resources`
+    assert [r.final_reward for r in loader.rollouts] == [3.0 * factor]
 
 
 def test_trainer_fit_with_a_dev_task_loader_runs_the_v01_flow(tracer: OtelTracer) -> None:

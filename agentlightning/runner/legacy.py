@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -207,6 +208,19 @@ class LegacyAgentRunner(LitAgentRunner[T_task]):
                 ids = {"rollout_id": rollout.rollout_id, "attempt_id": rollout.attempt.attempt_id}
                 sink.extend(span.model_copy(update=ids) for span in tracer.get_last_trace())
 
+    async def _invoke_agent(self, agent: LitAgent[T_task], rollout: AttemptedRollout, resources: NamedResources) -> Any:
+        """Call the agent; a v0.1 `training_rollout(self, task, rollout_id, resources)` gets those arguments."""
+        training = rollout.mode == "train"
+        method: Callable[..., Any]
+        if agent.is_async():
+            method = agent.training_rollout_async if training else agent.validation_rollout_async
+        else:
+            method = agent.training_rollout if training else agent.validation_rollout
+        if not takes_rollout_id(method):
+            return await super()._invoke_agent(agent, rollout, resources)
+        result = method(rollout.input, rollout_id=rollout.rollout_id, resources=resources)
+        return await result if inspect.isawaitable(result) else result
+
     def _to_legacy_rollout(
         self, task: Task, rollout: AttemptedRollout, result: Any, captured: list[Span]
     ) -> tuple[RolloutLegacy, list[Span]]:
@@ -297,3 +311,11 @@ def _warn_ignored(task: Task, result: Any) -> None:
         type(result).__name__,
         task.rollout_id,
     )
+
+
+def takes_rollout_id(method: Callable[..., Any]) -> bool:
+    """Whether a rollout method has v0.1's signature `(task, rollout_id, resources)` (v0.3's `is_v0_1_rollout_api`)."""
+    try:
+        return "rollout_id" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False

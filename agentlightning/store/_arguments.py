@@ -65,7 +65,6 @@ __all__ = [
     "rollout_not_found",
     "attempt_not_found",
     "no_attempts_yet",
-    "resources_not_found",
     "span_rollout_not_found",
     "span_attempt_not_found",
 ]
@@ -297,7 +296,7 @@ def check_resources(resources: Any) -> None:
 
 
 def check_resources_reference(resources_id: Any) -> None:
-    """An id a rollout refers to (the store then checks that the resources exist)."""
+    """An id a rollout refers to; the resources may be added under it later (as in v0.3)."""
     if not isinstance(resources_id, str):
         raise ValueError(f"resources_id must be a string, got {type(resources_id).__name__}")
     check_text("resources_id", resources_id)
@@ -374,10 +373,6 @@ def no_attempts_yet(rollout_id: str) -> ValueError:
 
 def attempt_not_found(rollout_id: str, attempt_id: str) -> ValueError:
     return UnknownEntityError(f"attempt {attempt_id!r} not found in rollout {rollout_id!r}")
-
-
-def resources_not_found(resources_id: str) -> ValueError:
-    return UnknownEntityError(f"resources {resources_id!r} not found; add them with add_resources/update_resources")
 
 
 def span_rollout_not_found(span: Span) -> ValueError:

@@ -3,7 +3,7 @@
 A backend reads the rows a call touches, asks these functions what follows from a change (the rollout's
 new status and `end_time`, the queue, the worker, a span's heartbeat), and writes the answer to its own
 storage. The collection store and the SQL store only *apply* these decisions, so they cannot drift apart.
-The status rules the decisions rest on (`rollout_status_from_attempt`, ...) are in `store.utils`.
+The status rules the decisions rest on (`rollout_status_for_attempt`, ...) are in `store.utils`.
 
 Which status may follow which is written once, in `ALLOWED_TRANSITIONS`: finished rollouts and attempts stay
 finished, and an attempt the store gave up on (timed out, unresponsive) or replaced by a newer one is *stale*:
@@ -28,7 +28,7 @@ from agentlightning.types import (
     Span,
 )
 
-from .utils import new_attempt_id, rollout_status_from_attempt, worker_status_from_attempt
+from .utils import new_attempt_id, rollout_status_for_attempt, worker_status_from_attempt
 
 __all__ = [
     "StateConflictError",
@@ -37,6 +37,8 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "transition_allowed",
     "check_transition",
+    "DIRECT_ROLLOUT_TRANSITIONS",
+    "attempt_revived_by_span",
     "stale_attempt_reason",
     "check_attempt_update",
     "mark_stale_span",
@@ -100,21 +102,39 @@ ALLOWED_TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
 }
 """Per entity, the statuses each status may change to. Keeping the same status is always allowed (a repeat)."""
 
+DIRECT_ROLLOUT_TRANSITIONS: dict[str, frozenset[str]] = {
+    "queuing": frozenset({"running"}),
+    "requeuing": frozenset({"running"}),
+}
+"""Rollout moves allowed only when made directly (`update_rollout`, or a span reviving its attempt), as in v0.3.
+
+Never derived from an attempt's status report: a rollout requeued by hand stays queued until an attempt is
+claimed, whatever its previous attempt says.
+"""
+
 _FINAL_HINTS = {
     "rollout": "a finished rollout is final; enqueue a new rollout to run the task again",
     "attempt": "a finished attempt is final; the store starts a new attempt when the rollout is retried",
 }
 
 
-def transition_allowed(entity: str, current: str, new: str) -> bool:
-    return new == current or new in ALLOWED_TRANSITIONS[entity][current]
+def transition_allowed(entity: str, current: str, new: str, direct: bool = False) -> bool:
+    if new == current or new in ALLOWED_TRANSITIONS[entity][current]:
+        return True
+    return direct and entity == "rollout" and new in DIRECT_ROLLOUT_TRANSITIONS.get(current, ())
 
 
-def check_transition(entity: str, entity_id: str, current: str, new: str) -> None:
-    """Raise `ForbiddenTransitionError` unless `entity` (rollout / attempt) may go from `current` to `new`."""
-    if transition_allowed(entity, current, new):
+def check_transition(entity: str, entity_id: str, current: str, new: str, direct: bool = False) -> None:
+    """Raise `ForbiddenTransitionError` unless `entity` (rollout / attempt) may go from `current` to `new`.
+
+    `direct`: the move is made by `update_rollout` (or a span reviving its attempt), which may also make the
+    moves of `DIRECT_ROLLOUT_TRANSITIONS`.
+    """
+    if transition_allowed(entity, current, new, direct):
         return
-    targets = ALLOWED_TRANSITIONS[entity][current]
+    targets = ALLOWED_TRANSITIONS[entity][current] | (
+        DIRECT_ROLLOUT_TRANSITIONS.get(current, frozenset()) if direct and entity == "rollout" else frozenset()
+    )
     hint = (
         _FINAL_HINTS[entity]
         if not targets
@@ -123,10 +143,24 @@ def check_transition(entity: str, entity_id: str, current: str, new: str) -> Non
     raise ForbiddenTransitionError(f"{entity} {entity_id!r} cannot go from {current!r} to {new!r}: {hint}")
 
 
+def attempt_revived_by_span(attempt: Attempt, rollout: Rollout, latest_sequence_id: int) -> bool:
+    """Whether a span of this attempt brings it back from `unresponsive` to `running` (v0.3 does so).
+
+    Only while nothing moved on without it: it is still its rollout's latest attempt and the rollout waits
+    for a retry (`requeuing`, no new attempt claimed yet). The rollout then runs again with this attempt and
+    leaves the queue. A rollout that already finished (`failed`: no retry left) keeps its result, and an
+    attempt superseded by a newer one stays stale, so a rollout still never gets two succeeded attempts.
+    """
+    return (
+        attempt.status == "unresponsive" and attempt.sequence_id >= latest_sequence_id and rollout.status == "requeuing"
+    )
+
+
 def stale_attempt_reason(attempt: Attempt, latest_sequence_id: int) -> Optional[str]:
     """Why the store no longer takes updates from this attempt, or None while it does.
 
     An attempt that finished on its own (succeeded / failed) is never stale: its late spans are just late.
+    (A span can still revive an unresponsive attempt: see `attempt_revived_by_span`.)
     """
     if attempt.status in ("succeeded", "failed"):
         return None
@@ -176,17 +210,22 @@ class RolloutTransition:
 
 
 def rollout_transition(
-    rollout: Rollout, status: RolloutStatus, now: float, changes: Optional[Mapping[str, Any]] = None
+    rollout: Rollout,
+    status: RolloutStatus,
+    now: float,
+    changes: Optional[Mapping[str, Any]] = None,
+    direct: bool = False,
 ) -> RolloutTransition:
     """Set `status` (and `changes`): a terminal status stamps `end_time`; a forbidden change raises.
 
     Only non-terminal rollouts change status (terminal ones are final), so none has an `end_time` to clear.
+    `direct` (see `check_transition`) for `update_rollout` and span revivals.
     """
     fields = dict(changes) if changes else {}
     previous = rollout.status
     finished = False
     if status != previous:
-        check_transition("rollout", rollout.rollout_id, previous, status)
+        check_transition("rollout", rollout.rollout_id, previous, status, direct)
         fields["status"] = status
         if status in TERMINAL_ROLLOUT_STATUSES:
             fields["end_time"] = now
@@ -234,22 +273,27 @@ def rollout_status_after_attempt(rollout: Rollout, attempt: Attempt) -> Optional
     A finished rollout (cancelled included) stays as it is whatever its attempts report afterwards, and a
     rollout requeued by hand stays queued until an attempt is claimed (see `ALLOWED_TRANSITIONS`).
     """
-    status = rollout_status_from_attempt(attempt, rollout.config)
+    status = rollout_status_for_attempt(attempt, rollout.config)
     if status == rollout.status or not transition_allowed("rollout", rollout.status, status):
         return None
     return status
 
 
 def span_heartbeat_changes(attempt: Attempt, now: float) -> dict[str, Any]:
-    """A span is a heartbeat; the first one of a preparing attempt also means `running`."""
-    if attempt.status != "preparing":
+    """A span is a heartbeat; the first one of a preparing attempt (or one reviving it) also means `running`."""
+    if attempt.status not in ("preparing", "unresponsive"):
         return {"last_heartbeat_time": now}
     return {"last_heartbeat_time": now, "status": "running"}
 
 
-def rollout_status_after_span(rollout: Rollout) -> Optional[RolloutStatus]:
-    """A span that starts its rollout's *latest* attempt starts a preparing rollout; None otherwise."""
-    return "running" if rollout.status == "preparing" else None
+def rollout_status_after_span(rollout: Rollout, revived: bool = False) -> Optional[RolloutStatus]:
+    """A span that starts its rollout's *latest* attempt starts a preparing rollout; None otherwise.
+
+    A span reviving the attempt (`attempt_revived_by_span`) takes its `requeuing` rollout back to `running`.
+    """
+    if rollout.status == "preparing" or (revived and rollout.status == "requeuing"):
+        return "running"
+    return None
 
 
 # ---- workers ----

@@ -8,8 +8,8 @@ the state machine of SPEC 3.2 / Appendix B lives in exactly one place.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union, overload
 
 from pydantic import BaseModel
 
@@ -21,7 +21,9 @@ from agentlightning.types import (
     TERMINAL_ROLLOUT_STATUSES,
     WORKER_STATUSES,
     Attempt,
+    AttemptedRollout,
     AttemptStatus,
+    Rollout,
     RolloutConfig,
     RolloutStatus,
     Span,
@@ -36,11 +38,14 @@ __all__ = [
     "copy_model",
     "Clock",
     "LATENCY_BUCKETS",
+    "UpdateRolloutStatus",
+    "UpdateAttemptStatus",
     "SORTABLE_FIELDS",
     "new_rollout_id",
     "new_attempt_id",
     "new_resources_id",
     "rollout_status_from_attempt",
+    "rollout_status_for_attempt",
     "scan_unhealthy_rollouts",
     "unhealthy_attempt_status",
     "worker_status_from_attempt",
@@ -63,7 +68,19 @@ __all__ = [
 Clock = Callable[[], float]
 """Returns the current time in seconds; stores take one so tests can move time without sleeping."""
 
-LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+UpdateRolloutStatus = Callable[[str, RolloutStatus], Awaitable[Rollout]]
+"""v0.3's type of a callback setting a rollout's status."""
+UpdateAttemptStatus = Callable[[str, str, AttemptStatus], Awaitable[Attempt]]
+"""v0.3's type of a callback setting an attempt's status."""
+
+# Histogram buckets (seconds) of the store's call latencies, as in v0.3: 1 µs to 5 minutes.
+# fmt: off
+LATENCY_BUCKETS: list[float] = [
+    0.000001, 0.000002, 0.000005, 0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.003,
+    0.005, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 2.0, 3.0, 5.0, 7.0,
+    10.0, 12.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0,
+]
+# fmt: on
 
 # Fields a query may sort by, per entity. Only scalar columns: sorting by a dict is meaningless.
 SORTABLE_FIELDS: dict[str, tuple[str, ...]] = {
@@ -151,8 +168,8 @@ def is_queuing(status: str) -> bool:
     return status in QUEUING_ROLLOUT_STATUSES
 
 
-def rollout_status_from_attempt(attempt: Attempt, config: RolloutConfig) -> RolloutStatus:
-    """The rollout status implied by its latest attempt's status.
+def rollout_status_for_attempt(attempt: Attempt, config: RolloutConfig) -> RolloutStatus:
+    """The rollout status implied by its latest attempt's status (the stores' synchronous rule).
 
     Failures (failed / timeout / unresponsive) requeue only when the status is listed in
     `retry_condition` and attempts remain (`sequence_id < max_attempts`); otherwise the rollout fails.
@@ -160,9 +177,16 @@ def rollout_status_from_attempt(attempt: Attempt, config: RolloutConfig) -> Roll
     status = attempt.status
     if status in ("preparing", "running", "succeeded"):
         return status  # type: ignore[return-value]
+    if status not in ("failed", "timeout", "unresponsive"):
+        raise ValueError(f"Invalid attempt status: {status!r}")
     if status in config.retry_condition and attempt.sequence_id < config.max_attempts:
         return "requeuing"
     return "failed"
+
+
+async def rollout_status_from_attempt(attempt: Attempt, config: RolloutConfig) -> RolloutStatus:
+    """v0.3's coroutine form of `rollout_status_for_attempt`: `await rollout_status_from_attempt(a, config)`."""
+    return rollout_status_for_attempt(attempt, config)
 
 
 def unhealthy_attempt_status(attempt: Attempt, config: RolloutConfig, now: float) -> Optional[AttemptStatus]:
@@ -182,13 +206,41 @@ def unhealthy_attempt_status(attempt: Attempt, config: RolloutConfig, now: float
     return None
 
 
-async def scan_unhealthy_rollouts(store: LightningStore, now: Optional[float] = None) -> None:
+@overload
+async def scan_unhealthy_rollouts(store: LightningStore, now: Optional[float] = None) -> None: ...
+
+
+@overload
+async def scan_unhealthy_rollouts(
+    store: Sequence[AttemptedRollout], now: Optional[float] = None
+) -> dict[tuple[str, str], AttemptStatus]: ...
+
+
+async def scan_unhealthy_rollouts(
+    store: Union[LightningStore, Sequence[AttemptedRollout]], now: Optional[float] = None
+) -> Optional[dict[tuple[str, str], AttemptStatus]]:
     """Run the watchdog once over `store`: mark stale latest attempts `timeout` / `unresponsive`.
 
     Backends of this package run their own scan (in one transaction, on the store's clock when `now` is
     None). Any other `LightningStore` is scanned through its public API: live rollouts, their latest
     attempt, `unhealthy_attempt_status`, then `update_attempt`, so the usual retry/requeue rules apply.
+
+    Given a list of running `AttemptedRollout`s instead (v0.3's form), nothing is changed: the verdicts are
+    returned as `{(rollout_id, attempt_id): "timeout" | "unresponsive"}` for the caller to apply.
     """
+    if isinstance(store, Sequence):
+        at = time.time() if now is None else now
+        verdicts: dict[tuple[str, str], AttemptStatus] = {}
+        for rollout in store:
+            verdict = unhealthy_attempt_status(rollout.attempt, rollout.config, at)
+            if verdict is not None:
+                verdicts[(rollout.attempt.rollout_id, rollout.attempt.attempt_id)] = verdict
+        return verdicts
+    await _scan_store(store, now)
+    return None
+
+
+async def _scan_store(store: LightningStore, now: Optional[float]) -> None:
     backend_scan = getattr(store, "_scan_unhealthy", None)
     if backend_scan is not None:
         clock: Clock = getattr(store, "_clock", time.time)
@@ -246,8 +298,9 @@ def check_pagination(limit: int, offset: int) -> None:
         raise ValueError(f"offset must be a non-negative integer, got {offset!r}")
 
 
-def check_sort(entity: str, sort_by: Optional[str], sort_order: str) -> None:
-    if sort_order not in ("asc", "desc"):
+def check_sort(entity: str, sort_by: Optional[str], sort_order: Optional[str]) -> None:
+    """`sort_order` None means ascending, as in v0.3."""
+    if sort_order not in ("asc", "desc", None):
         raise ValueError(f"sort_order must be 'asc' or 'desc', got {sort_order!r}")
     if sort_by is not None and sort_by not in SORTABLE_FIELDS[entity]:
         raise ValueError(f"cannot sort {entity} by {sort_by!r}; sortable fields: {', '.join(SORTABLE_FIELDS[entity])}")

@@ -355,7 +355,7 @@ class LightningStoreClient(ForwardingLightningStore):
             else:
                 if status < 400:
                     return body
-                error = exception_from_response(status, body, url)
+                error = exception_from_response(status, body, url, method)
                 if none_if_missing and isinstance(error, LightningStoreNotFoundError):
                     if error.error_type == NOT_FOUND_ERROR_TYPE:
                         return None
@@ -421,6 +421,8 @@ class LightningStoreClient(ForwardingLightningStore):
         if endpoint is None:  # a batch call without its own route: the contract's default, over the routes above
             return await getattr(LightningStore, method)(self, **arguments)
         fields = {name: value for name, value in arguments.items() if not is_unset(value)}
+        if "sort_order" in fields and fields["sort_order"] is None:  # None is ascending (v0.3)
+            fields["sort_order"] = "asc"
         check_documents(fields)
         if "config" in fields:
             fields["config"] = checked_config(fields["config"])

@@ -16,6 +16,10 @@ import logging
 import uuid
 from typing import Any, Optional
 
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
 from agentlightning.store.base import StorageUnavailableError, UnknownEntityError
 from agentlightning.store.transitions import ForbiddenTransitionError, StaleAttemptError, StateConflictError
 
@@ -30,6 +34,7 @@ __all__ = [
     "LightningStoreServerError",
     "LightningStoreUnavailableError",
     "LightningStoreNotSupportedError",
+    "StoreResponseError",
     "exception_from_response",
 ]
 
@@ -90,30 +95,49 @@ def error_from_exception(exc: Exception) -> tuple[int, bytes]:
     )
 
 
-class LightningStoreRequestError(ValueError):
-    """The server rejected the request (4xx): bad arguments, unknown ids, malformed data."""
+class StoreResponseError(aiohttp.ClientResponseError):
+    """An error answer of the store server; also an `aiohttp.ClientResponseError`, as v0.3's client raised.
 
-    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
-        super().__init__(detail)
+    So v0.3 code catching `aiohttp.ClientResponseError` (and reading `.status`, `.message`) keeps working,
+    while each concrete class is also the builtin an in-process store raises (`ValueError`, `KeyError`...).
+    """
+
+    detail: str
+    error_type: str
+
+    def _set_response(self, status: int, detail: str, error_type: str, url: str = "", method: str = "") -> None:
         self.status = status
         self.detail = detail
+        self.message = detail
         self.error_type = error_type
-
-
-class LightningStoreNotFoundError(KeyError):
-    """The server reported a missing entity (404 from a `KeyError` in the store)."""
-
-    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.error_type = error_type
+        self.headers = None
+        self.history = ()
+        self.request_info = aiohttp.RequestInfo(URL(url), method, CIMultiDictProxy(CIMultiDict()), URL(url))
 
     def __str__(self) -> str:
         return self.detail
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status!r}, detail={self.detail!r})"
 
-class LightningStoreAuthError(PermissionError):
+
+class LightningStoreRequestError(StoreResponseError, ValueError):
+    """The server rejected the request (4xx): bad arguments, unknown ids, malformed data."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "", url: str = "", method: str = "") -> None:
+        ValueError.__init__(self, detail)
+        self._set_response(status, detail, error_type, url, method)
+
+
+class LightningStoreNotFoundError(StoreResponseError, KeyError):
+    """The server reported a missing entity (404 from a `KeyError` in the store)."""
+
+    def __init__(self, status: int, detail: str, error_type: str = "", url: str = "", method: str = "") -> None:
+        KeyError.__init__(self, detail)
+        self._set_response(status, detail, error_type, url, method)
+
+
+class LightningStoreAuthError(StoreResponseError, PermissionError):
     """401/403: the server wants a valid bearer token (`auth_token=` or `AGL_STORE_TOKEN`)."""
 
     HINT = (
@@ -121,26 +145,36 @@ class LightningStoreAuthError(PermissionError):
         "(`agl store --auth-token` or AGL_STORE_TOKEN where the server runs)"
     )
 
-    def __init__(self, status: int, detail: str, error_type: str = "") -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.error_type = error_type
+    def __init__(self, status: int, detail: str, error_type: str = "", url: str = "", method: str = "") -> None:
+        PermissionError.__init__(self, detail)
+        self._set_response(status, detail, error_type, url, method)
 
 
-class LightningStoreServerError(RuntimeError):
+class LightningStoreServerError(StoreResponseError, RuntimeError):
     """The server failed (5xx or 408) and retries did not help; `server_traceback` is the server's stack."""
 
-    def __init__(self, status: int, detail: str, error_type: str = "", server_traceback: Optional[str] = None) -> None:
-        super().__init__(f"store server answered HTTP {status}: {detail}")
-        self.status = status
-        self.detail = detail
-        self.error_type = error_type
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        error_type: str = "",
+        server_traceback: Optional[str] = None,
+        url: str = "",
+        method: str = "",
+    ) -> None:
+        RuntimeError.__init__(self, f"store server answered HTTP {status}: {detail}")
+        self._set_response(status, detail, error_type, url, method)
         self.server_traceback = server_traceback
 
+    def __str__(self) -> str:
+        return f"store server answered HTTP {self.status}: {self.detail}"
 
-class LightningStoreUnavailableError(ConnectionError):
-    """The store server did not answer (refused, reset, timed out) until the client's retry budget was spent."""
+
+class LightningStoreUnavailableError(ConnectionError, aiohttp.ClientOSError):
+    """The store server did not answer (refused, reset, timed out) until the client's retry budget was spent.
+
+    Also an `aiohttp.ClientOSError`, the family v0.3's client raised once its retries were over.
+    """
 
 
 class RemoteForbiddenTransitionError(ForbiddenTransitionError, LightningStoreRequestError):
@@ -162,12 +196,16 @@ _CONFLICTS: dict[str, type[LightningStoreRequestError]] = {
 }
 
 
-class LightningStoreNotSupportedError(NotImplementedError):
+class LightningStoreNotSupportedError(StoreResponseError, NotImplementedError):
     """501: the store behind the server does not support this operation."""
 
+    def __init__(self, detail: str, url: str = "", method: str = "") -> None:
+        NotImplementedError.__init__(self, detail)
+        self._set_response(501, detail, "NotImplementedError", url, method)
 
-def exception_from_response(status: int, body: bytes, url: str) -> Exception:
-    """The exception a client raises for an error response."""
+
+def exception_from_response(status: int, body: bytes, url: str, method: str = "") -> Exception:
+    """The exception a client raises for an error response (each one also an `aiohttp.ClientResponseError`)."""
     detail = ""
     error_type = ""
     server_traceback: Optional[str] = None
@@ -184,15 +222,15 @@ def exception_from_response(status: int, body: bytes, url: str) -> Exception:
         detail = body[:500].decode("utf-8", "replace")
     detail = detail or f"HTTP {status} from {url}"
     if status == 501:
-        return LightningStoreNotSupportedError(detail)
+        return LightningStoreNotSupportedError(detail, url, method)
     if status == 409 and error_type in _CONFLICTS:
-        return _CONFLICTS[error_type](status, detail, error_type)
+        return _CONFLICTS[error_type](status, detail, error_type, url, method)
     if status in (401, 403):
         if "AGL_STORE_TOKEN" not in detail:
             detail = f"{detail} ({LightningStoreAuthError.HINT})"
-        return LightningStoreAuthError(status, f"{detail} [{url}]", error_type)
+        return LightningStoreAuthError(status, f"{detail} [{url}]", error_type, url, method)
     if status >= 500 or status == 408:
-        return LightningStoreServerError(status, detail, error_type, server_traceback)
+        return LightningStoreServerError(status, detail, error_type, server_traceback, url, method)
     if status == 404 and error_type in ("KeyError", NOT_FOUND_ERROR_TYPE):
-        return LightningStoreNotFoundError(status, detail, error_type)
-    return LightningStoreRequestError(status, detail, error_type)
+        return LightningStoreNotFoundError(status, detail, error_type, url, method)
+    return LightningStoreRequestError(status, detail, error_type, url, method)

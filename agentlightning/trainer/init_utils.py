@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
 
+from agentlightning.types.errors import ArgumentTypeError
+
 __all__ = [
     "build_component",
     "load_class",
@@ -156,7 +158,9 @@ def instantiate_from_spec(
     elif callable(type_spec):
         target = type_spec
     else:
-        raise TypeError(f"{spec_name} dict 'type' must be a class, factory or string, got {type(type_spec).__name__}")
+        raise ArgumentTypeError(
+            f"{spec_name} dict 'type' must be a class, factory or string, got {type(type_spec).__name__}"
+        )
     return _build_from_target(target, kwargs, optional_defaults)
 
 
@@ -225,7 +229,7 @@ def build_component(
     if callable(spec):
         return check(spec())
     fmt = invalid_spec_error_fmt or _DEFAULT_INVALID_SPEC_ERROR
-    raise TypeError(
+    raise ArgumentTypeError(
         fmt.format(
             spec_name=spec_name,
             expected_type=expected_name,

@@ -35,12 +35,27 @@ class TrainerLegacy:
     hooks: tuple[Hook, ...]
     _dev: bool
 
-    def fit_v0(self, agent: LitAgent[Any], backend: Backend, dev_backend: Optional[Backend] = None) -> None:
-        """Run `n_runners` `LegacyAgentRunner`s against `backend` (a server URL or a client).
+    def fit_v0(
+        self,
+        agent: LitAgent[Any],
+        train_data: Backend,
+        *,
+        val_data: Optional[Backend] = None,
+        dev_data: Optional[Backend] = None,
+        dev_backend: Optional[Backend] = None,
+    ) -> None:
+        """Run `n_runners` `LegacyAgentRunner`s against `train_data` (a server URL or a client).
 
         Each runner stops after `max_rollouts` tasks (never when None). With `Trainer(dev=True)` a given
-        `dev_backend` (e.g. a `DevTaskLoader`) replaces `backend`. Several runners run in child processes.
+        `dev_data` (e.g. a `DevTaskLoader`; `dev_backend` is its deprecated v0.3 name) replaces `train_data`.
+        `val_data` is accepted as in v0.3: the v0.1 server hands out validation tasks itself. Several runners
+        run in child processes.
         """
+        if dev_backend is not None:
+            if dev_data is not None:
+                raise ValueError("dev_data and dev_backend cannot both be given; dev_backend is the old name")
+            dev_data = dev_backend
+        del val_data  # v0.1 validation tasks come from the server, as in v0.3 without an algorithm
         warn_deprecated_once(
             "Trainer.fit_v0",
             "Trainer.fit(agent, <server URL>) is the deprecated v0.1 API; enqueue tasks into a LightningStore "
@@ -48,7 +63,7 @@ class TrainerLegacy:
         )
         from agentlightning.client import AgentLightningClient
 
-        target = dev_backend if self._dev and dev_backend is not None else backend
+        target = dev_data if self._dev and dev_data is not None else train_data
         client = target if isinstance(target, AgentLightningClient) else AgentLightningClient(endpoint=target)
         agent.set_trainer(self)
         args = (agent, client, self.tracer, self.adapter, self.hooks, self.max_rollouts)

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from agentlightning.types.errors import ArgumentTypeError
+
 __all__ = [
     "Resource",
     "LLM",
@@ -71,7 +73,7 @@ class ProxyLLM(LLM):
             )
         for field, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
             if not isinstance(value, str):  # type: ignore[redundant-expr]
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"ProxyLLM.get_base_url: {field} must be a str, got {type(value).__name__} ({value!r}); "
                     "pass rollout.rollout_id and rollout.attempt.attempt_id"
                 )

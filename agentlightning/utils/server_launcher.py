@@ -24,7 +24,7 @@ import uvicorn
 
 from .slow_clients import DEFAULT_BODY_DEADLINE, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, guarded_config
 
-__all__ = ["LaunchMode", "PythonServerLauncherArgs", "PythonServerLauncher", "pick_free_port"]
+__all__ = ["LaunchMode", "PortInUseError", "PythonServerLauncherArgs", "PythonServerLauncher", "pick_free_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+class PortInUseError(OSError, RuntimeError):
+    """The server cannot listen on its port. An `OSError` (with `errno`) and, as in v0.3, a `RuntimeError`."""
+
+
 def _bind_socket(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, socktype, proto, _, address = infos[0]
@@ -93,7 +97,7 @@ def _bind_socket(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise OSError(
+        raise PortInUseError(
             exc.errno,
             f"cannot listen on {host}:{port} ({exc.strerror}); stop whatever uses that port or pass port=0 "
             "to pick a free one",
@@ -199,6 +203,16 @@ class PythonServerLauncher:
         if self._port is None:
             raise RuntimeError("the server has no port yet; call start() first (a free port is picked then)")
         return _endpoint(self.access_host, self._port)
+
+    @property
+    def health_url(self) -> Optional[str]:
+        """The absolute URL probed before `start()` returns: `healthcheck_url` on this server, or None without one."""
+        url = self.args.healthcheck_url
+        if not url:
+            return None
+        if url.startswith(("http://", "https://")):
+            return url
+        return self.access_endpoint + "/" + url.lstrip("/")
 
     def access_endpoint_for(self, port: int) -> str:
         """The URL clients would use if the server listened on `port`."""
@@ -335,13 +349,8 @@ class PythonServerLauncher:
         import aiohttp
 
         deadline = time.monotonic() + self.args.startup_timeout
-        url = self.args.healthcheck_url
-        if url is None:
-            probe_url, need_ok = self.access_endpoint + "/", False
-        elif url.startswith(("http://", "https://")):
-            probe_url, need_ok = url, True
-        else:
-            probe_url, need_ok = self.access_endpoint + "/" + url.lstrip("/"), True
+        health_url = self.health_url
+        probe_url, need_ok = (self.access_endpoint + "/", False) if health_url is None else (health_url, True)
         last_problem = "no answer yet"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0)) as session:
             delay = 0.005

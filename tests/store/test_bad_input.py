@@ -36,20 +36,28 @@ async def test_start_rollout_with_invalid_mode_creates_nothing(store: LightningS
     await assert_empty(store)
 
 
-async def test_enqueue_with_unknown_resources_id_creates_nothing(store: LightningStore, backend: Backend) -> None:
-    with pytest.raises(backend.errors, match="rs-unknown"):
-        await store.enqueue_rollout(input=1, resources_id="rs-unknown")
-    with pytest.raises(backend.errors, match="rs-unknown"):
-        await store.start_rollout(input=1, resources_id="rs-unknown")
-    await assert_empty(store)
+async def test_an_unknown_resources_id_is_accepted_as_in_v03(store: LightningStore) -> None:
+    """v0.3 takes any resources id: the resources may be added under it later (`update_resources`)."""
+    queued = await store.enqueue_rollout(input=1, resources_id="rs-later")
+    started = await store.start_rollout(input=2, resources_id="rs-later")
+    [many] = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=3, resources_id="rs-later")])
+    other = await store.enqueue_rollout(input=4)
+    moved = await store.update_rollout(other.rollout_id, resources_id="rs-later")
+    assert {r.resources_id for r in (queued, started, many, moved)} == {"rs-later"}
+    assert await store.get_resources_by_id("rs-later") is None
+    await store.update_resources("rs-later", {"prompt": PromptTemplate(template="hi {x}", engine="f-string")})
+    update = await store.get_resources_by_id("rs-later")
+    assert update is not None and update.resources_id == "rs-later"
+    stored = await store.get_rollout_by_id(queued.rollout_id)
+    assert stored is not None and stored.resources_id == "rs-later"
 
 
 async def test_enqueue_many_with_one_bad_request_creates_nothing(store: LightningStore, backend: Backend) -> None:
     requests = [
         EnqueueRolloutRequest(input=1),
-        EnqueueRolloutRequest(input=2, resources_id="rs-missing"),
+        EnqueueRolloutRequest(input=2, resources_id="rs-\x00"),
     ]
-    with pytest.raises(backend.errors, match="rs-missing"):
+    with pytest.raises(backend.errors, match="resources_id"):
         await store.enqueue_many_rollouts(requests)
     await assert_empty(store)
 
@@ -80,7 +88,7 @@ async def test_update_unknown_rollout(store: LightningStore, backend: Backend) -
         ("mode", "training", "training"),
         ("status", None, "status"),
         ("config", None, "config"),
-        ("resources_id", "rs-nowhere", "rs-nowhere"),
+        ("resources_id", 7, "resources_id"),
     ],
 )
 async def test_update_rollout_rejects_bad_fields_and_changes_nothing(
@@ -122,13 +130,16 @@ async def test_sequence_id_for_unknown_rollout_or_attempt(store: LightningStore,
     started = await store.start_rollout(input=1)
     with pytest.raises(backend.errors, match=UNKNOWN_ROLLOUT):
         await store.get_next_span_sequence_id(UNKNOWN_ROLLOUT, started.attempt.attempt_id)
-    with pytest.raises(backend.errors, match=UNKNOWN_ATTEMPT):
-        await store.get_next_span_sequence_id(started.rollout_id, UNKNOWN_ATTEMPT)
     with pytest.raises(backend.errors, match=UNKNOWN_ROLLOUT):
         await store.get_many_span_sequence_ids(
             [(started.rollout_id, started.attempt.attempt_id), (UNKNOWN_ROLLOUT, "x")]
         )
-    assert await store.get_next_span_sequence_id(started.rollout_id, started.attempt.attempt_id) == 1
+    # Ids count per rollout, so as in v0.3 any attempt id gets the rollout's next one.
+    assert await store.get_next_span_sequence_id(started.rollout_id, UNKNOWN_ATTEMPT) == 1
+    assert await store.get_many_span_sequence_ids(
+        [(started.rollout_id, UNKNOWN_ATTEMPT), (started.rollout_id, started.attempt.attempt_id)]
+    ) == [2, 3]
+    assert await store.get_next_span_sequence_id(started.rollout_id, started.attempt.attempt_id) == 4
 
 
 async def test_span_with_unknown_ids_is_refused(store: LightningStore, backend: Backend) -> None:

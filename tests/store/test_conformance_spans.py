@@ -79,20 +79,21 @@ async def test_every_span_is_a_heartbeat(store: LightningStore, clock: FakeClock
     assert attempt is not None and attempt.last_heartbeat_time == clock.now and attempt.status == "running"
 
 
-async def test_span_does_not_revive_an_unresponsive_attempt(store: LightningStore) -> None:
+async def test_span_revives_an_unresponsive_attempt_as_in_v03(store: LightningStore) -> None:
     config = RolloutConfig(max_attempts=2, retry_condition=["unresponsive"])
     await store.enqueue_rollout(input=1, config=config)
-    claimed = await store.dequeue_rollout()
+    claimed = await store.dequeue_rollout(worker_id="w-1")
     assert claimed is not None
     await store.update_attempt(claimed.rollout_id, "latest", status="unresponsive")
     await store.add_span(span_of(claimed, 1))
     attempt = await store.get_latest_attempt(claimed.rollout_id)
-    assert attempt is not None and attempt.status == "unresponsive"
+    assert attempt is not None and attempt.status == "running"
     rollout = await store.get_rollout_by_id(claimed.rollout_id)
-    assert rollout is not None and rollout.status == "requeuing"
-    # It stays in the queue: the retry goes ahead.
-    retry = await store.dequeue_rollout()
-    assert retry is not None and retry.attempt.sequence_id == 2
+    assert rollout is not None and rollout.status == "running"
+    worker = await store.get_worker_by_id("w-1")
+    assert worker is not None and worker.status == "busy"
+    # It left the queue: no retry runs beside the revived attempt.
+    assert await store.dequeue_rollout() is None
 
 
 async def test_span_of_an_old_attempt_does_not_move_the_rollout(store: LightningStore) -> None:

@@ -14,6 +14,7 @@ from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store import LightningStore
 from agentlightning.store.transitions import (
     ALLOWED_TRANSITIONS,
+    DIRECT_ROLLOUT_TRANSITIONS,
     ForbiddenTransitionError,
     StaleAttemptError,
     StateConflictError,
@@ -27,8 +28,10 @@ RETRY_UNRESPONSIVE = RolloutConfig(max_attempts=2, retry_condition=["unresponsiv
 
 
 def forbidden(entity: str, current: str) -> list[str]:
+    """The moves `update_rollout` / `update_attempt` refuse (the table, plus v0.3's direct rollout moves)."""
     statuses = ROLLOUT_STATUSES if entity == "rollout" else ATTEMPT_STATUSES
-    return [s for s in statuses if s != current and s not in ALLOWED_TRANSITIONS[entity][current]]
+    direct = DIRECT_ROLLOUT_TRANSITIONS.get(current, frozenset()) if entity == "rollout" else frozenset()
+    return [s for s in statuses if s != current and s not in ALLOWED_TRANSITIONS[entity][current] | direct]
 
 
 async def rollout_in(store: LightningStore, status: str) -> Rollout:
@@ -146,19 +149,38 @@ async def test_late_updates_of_a_requeued_attempt_are_refused(store: LightningSt
     assert await status_of(store, first.rollout_id) == "failed"
 
 
-async def test_late_spans_of_a_requeued_attempt_are_kept_marked_and_move_nothing(store: LightningStore) -> None:
+async def test_a_late_span_revives_an_unresponsive_attempt_not_yet_retried(store: LightningStore) -> None:
+    """v0.3: a span brings an `unresponsive` attempt back to `running` (and its requeued rollout with it)."""
     await store.enqueue_rollout(input=1, config=RETRY_UNRESPONSIVE)
     first = await store.dequeue_rollout()
     assert first is not None
     await store.update_attempt(first.rollout_id, "latest", status="unresponsive")
+    assert await status_of(store, first.rollout_id) == "requeuing"
+    late = await store.add_span(span_of(first, 1))
+    assert late is not None and AGL_STALE_ATTEMPT not in late.attributes
+    attempt = await store.get_latest_attempt(first.rollout_id)
+    assert attempt is not None and attempt.status == "running"
+    assert await status_of(store, first.rollout_id) == "running"
+    assert await store.dequeue_rollout() is None  # it left the queue: no second attempt runs it meanwhile
+    await store.update_attempt(first.rollout_id, first.attempt.attempt_id, status="succeeded")
+    attempts = await store.query_attempts(first.rollout_id)
+    assert [a.status for a in attempts] == ["succeeded"]
+    assert await status_of(store, first.rollout_id) == "succeeded"
+
+
+async def test_late_spans_of_a_retried_attempt_are_kept_marked_and_move_nothing(store: LightningStore) -> None:
+    """Kept from before v0.3's rule: once a retry claimed the rollout, the old attempt stays stale."""
+    await store.enqueue_rollout(input=1, config=RETRY_UNRESPONSIVE)
+    first = await store.dequeue_rollout()
+    assert first is not None
+    await store.update_attempt(first.rollout_id, "latest", status="unresponsive")
+    second = await store.dequeue_rollout()
+    assert second is not None and second.attempt.sequence_id == 2
     late = await store.add_span(span_of(first, 1))
     assert late is not None and late.attributes.get(AGL_STALE_ATTEMPT) is True
-    attempt = await store.get_latest_attempt(first.rollout_id)
-    assert attempt is not None and attempt.status == "unresponsive"
-    assert await status_of(store, first.rollout_id) == "requeuing"
-    second = await store.dequeue_rollout()  # still queued: the late span did not pull it out
-    assert second is not None and second.attempt.sequence_id == 2
     await store.add_many_spans([span_of(first, 2), span_of(second, 3)])
+    with pytest.raises(StaleAttemptError):
+        await store.update_attempt(first.rollout_id, first.attempt.attempt_id, status="succeeded")
     await store.update_attempt(second.rollout_id, "latest", status="succeeded")
     spans = await store.query_spans(first.rollout_id)
     marks = [(s.attempt_id == first.attempt.attempt_id, s.attributes.get(AGL_STALE_ATTEMPT)) for s in spans]
@@ -166,6 +188,20 @@ async def test_late_spans_of_a_requeued_attempt_are_kept_marked_and_move_nothing
     attempts = await store.query_attempts(first.rollout_id)
     assert [a.status for a in attempts] == ["unresponsive", "succeeded"]
     assert await status_of(store, first.rollout_id) == "succeeded"
+
+
+async def test_a_late_span_does_not_revive_the_attempt_of_a_failed_rollout(store: LightningStore) -> None:
+    """Kept ours: v0.3 revived it and let it turn the finished `failed` rollout into `succeeded`."""
+    started = await store.start_rollout(input=1)  # no retry: unresponsive fails the rollout
+    await store.update_attempt(started.rollout_id, "latest", status="unresponsive")
+    assert await status_of(store, started.rollout_id) == "failed"
+    late = await store.add_span(span_of(started, 1))
+    assert late is not None and late.attributes.get(AGL_STALE_ATTEMPT) is True
+    with pytest.raises(StaleAttemptError):
+        await store.update_attempt(started.rollout_id, started.attempt.attempt_id, status="succeeded")
+    attempt = await store.get_latest_attempt(started.rollout_id)
+    assert attempt is not None and attempt.status == "unresponsive"
+    assert await status_of(store, started.rollout_id) == "failed"
 
 
 async def test_an_attempt_superseded_by_a_newer_one_is_fenced(store: LightningStore) -> None:
@@ -195,9 +231,19 @@ async def test_late_spans_of_a_finished_attempt_are_not_marked_stale(store: Ligh
     assert await status_of(store, started.rollout_id) == "succeeded"
 
 
-async def test_a_requeued_rollout_does_not_run_without_an_attempt(store: LightningStore) -> None:
-    rollout: Any = await rollout_in(store, "requeuing")
-    with pytest.raises(ForbiddenTransitionError, match="running"):
-        await store.update_rollout(rollout.rollout_id, status="running")
+async def test_update_rollout_may_run_a_queued_rollout_directly(store: LightningStore) -> None:
+    """v0.3 allows `update_rollout(status="running")` on a queued or requeued rollout; it leaves the queue."""
+    for status in ("queuing", "requeuing"):
+        rollout: Any = await rollout_in(store, status)
+        updated = await store.update_rollout(rollout.rollout_id, status="running")
+        assert updated.status == "running" and await status_of(store, rollout.rollout_id) == "running"
+    assert await store.dequeue_rollout() is None
+
+
+async def test_an_old_attempt_does_not_pull_a_rollout_requeued_by_hand_back_to_running(store: LightningStore) -> None:
+    started = await store.start_rollout(input=1)
+    await store.update_rollout(started.rollout_id, status="requeuing")
+    await store.update_attempt(started.rollout_id, "latest", status="running")
+    assert await status_of(store, started.rollout_id) == "requeuing"
     claimed = await store.dequeue_rollout()
-    assert claimed is not None and claimed.rollout_id == rollout.rollout_id
+    assert claimed is not None and claimed.rollout_id == started.rollout_id

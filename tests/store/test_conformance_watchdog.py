@@ -66,9 +66,9 @@ async def test_unresponsive_counts_from_last_heartbeat(store: LightningStore, cl
     assert await statuses(store, claimed.rollout_id) == ("running", "running")
     clock.advance(3)
     assert await statuses(store, claimed.rollout_id) == ("requeuing", "unresponsive")
-    # A late span is kept (marked stale) but does not bring the attempt back: the rollout was requeued.
+    # As in v0.3, a late span brings the attempt back while no retry claimed the rollout yet.
     await store.add_span(span_of(claimed, 2))
-    assert await statuses(store, claimed.rollout_id) == ("requeuing", "unresponsive")
+    assert await statuses(store, claimed.rollout_id) == ("running", "running")
 
 
 async def test_explicit_heartbeat_counts(store: LightningStore, clock: FakeClock) -> None:

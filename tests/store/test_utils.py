@@ -41,3 +41,63 @@ def test_copy_model_keeps_extra_fields_through_pydantic() -> None:
     copied = copy_model(span, {"sequence_id": 2})
     assert copied.sequence_id == 2 and copied.__pydantic_extra__ == {"custom": {"x": 1}}
     assert copied.__pydantic_extra__ is not span.__pydantic_extra__
+
+
+# ---- the v0.3 API of store.utils (the reference's internal reference page) ----
+
+
+async def test_rollout_status_from_attempt_is_a_coroutine_as_in_v03() -> None:
+    from agentlightning.store.utils import rollout_status_from_attempt
+
+    config = RolloutConfig(max_attempts=2, retry_condition=["failed"])
+    first = Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=1.0, status="failed")
+    assert await rollout_status_from_attempt(first, config) == "requeuing"
+    last = first.model_copy(update={"sequence_id": 2})
+    assert await rollout_status_from_attempt(last, config) == "failed"
+    running = first.model_copy(update={"status": "running"})
+    assert await rollout_status_from_attempt(running, config) == "running"
+
+
+async def test_scan_unhealthy_rollouts_takes_running_rollouts_and_returns_verdicts_as_in_v03() -> None:
+    import time
+
+    from agentlightning.store.utils import scan_unhealthy_rollouts
+    from agentlightning.types import AttemptedRollout
+
+    now = time.time()
+
+    def running(rollout_id: str, started: float, heartbeat: Optional[float]) -> AttemptedRollout:
+        attempt = Attempt(
+            rollout_id=rollout_id,
+            attempt_id=f"at-{rollout_id}",
+            sequence_id=1,
+            start_time=started,
+            status="running",
+            last_heartbeat_time=heartbeat,
+        )
+        config = RolloutConfig(timeout_seconds=100, unresponsive_seconds=10)
+        return AttemptedRollout(
+            rollout_id=rollout_id, input=1, start_time=started, status="running", config=config, attempt=attempt
+        )
+
+    rollouts = [
+        running("ro-ok", now - 5, now - 1),
+        running("ro-slow", now - 200, now - 1),
+        running("ro-silent", now - 50, now - 20),
+        running("ro-never", now - 50, None),
+    ]
+    verdicts = await scan_unhealthy_rollouts(rollouts)
+    assert verdicts == {
+        ("ro-slow", "at-ro-slow"): "timeout",
+        ("ro-silent", "at-ro-silent"): "unresponsive",
+        ("ro-never", "at-ro-never"): "unresponsive",
+    }
+
+
+def test_latency_buckets_and_callback_types_are_v03s() -> None:
+    from agentlightning.store.utils import LATENCY_BUCKETS, UpdateAttemptStatus, UpdateRolloutStatus
+
+    assert isinstance(LATENCY_BUCKETS, list) and len(LATENCY_BUCKETS) == 44
+    assert LATENCY_BUCKETS[0] == 0.000001 and LATENCY_BUCKETS[-1] == 300.0
+    assert LATENCY_BUCKETS == sorted(LATENCY_BUCKETS)
+    assert UpdateRolloutStatus is not None and UpdateAttemptStatus is not None

@@ -109,6 +109,7 @@ async def test_persistent_5xx_raises_after_the_last_retry(
     with pytest.raises(LightningStoreServerError, match="db down") as caught:
         await client_of.statistics()
     assert caught.value.status == 500 and caught.value.server_traceback == "tb"
+    assert isinstance(caught.value, aiohttp.ClientResponseError) and caught.value.message == "db down"
     assert scripted.calls["statistics"] == 3  # the first try + len(retry_delays)
 
 
@@ -148,6 +149,12 @@ async def test_other_4xx_raise_at_once_with_the_server_message(
     with pytest.raises(exception, match="you did X wrong") as caught:
         await client_of.statistics()
     assert caught.value.status == status
+    # v0.3's client raised aiohttp.ClientResponseError: code catching that (and reading .status /
+    # .message / .request_info) keeps working.
+    assert isinstance(caught.value, aiohttp.ClientResponseError)
+    assert caught.value.message.startswith("you did X wrong")
+    assert str(caught.value.request_info.real_url).endswith("/statistics")
+    assert caught.value.request_info.method == "GET"
     assert scripted.calls["statistics"] == 1 and scripted.health_probes == 0
 
 
@@ -170,6 +177,7 @@ async def test_connection_refused_is_retried_then_raised(caplog: pytest.LogCaptu
         with pytest.raises(LightningStoreUnavailableError, match="unreachable") as caught:
             await client.statistics()
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+    assert isinstance(caught.value, aiohttp.ClientOSError)  # the family v0.3's client raised
     assert "retry 1/2" in caplog.text and "retry 2/2" in caplog.text
     assert isinstance(caplog.records[-1], logging.LogRecord)
     await client.close()
@@ -371,6 +379,21 @@ async def test_store_errors_keep_their_family(served: LightningStoreClient) -> N
         await served.update_worker("")
     assert await served.get_worker_by_id("") is None
     assert not isinstance(LightningStoreNotFoundError(404, "x"), ValueError)
+
+
+async def test_v03_catch_sites_for_aiohttp_errors_still_catch(served: LightningStoreClient) -> None:
+    """v0.3 code wrote `except aiohttp.ClientResponseError as e: if e.status == 400`; both catch sites work."""
+    for call in (
+        served.update_rollout("ro-nowhere", status="succeeded"),
+        served.query_rollouts(limit=-2),
+    ):
+        try:
+            await call
+        except aiohttp.ClientResponseError as error:
+            assert 400 <= error.status < 500 and isinstance(error, ValueError)
+            assert error.message and str(error) == error.message
+        else:
+            raise AssertionError("the call was expected to fail")
 
 
 # ---- the client object itself ----

@@ -128,6 +128,15 @@ def test_wrong_types_raise_type_error_with_format() -> None:
         build(42, invalid_spec_error_fmt="bad spec {actual_type} for {spec_name}")
 
 
+def test_a_spec_of_no_usable_kind_is_also_the_value_error_v03_raised() -> None:
+    for spec in (42, 1.5, [Widget]):
+        with pytest.raises(ValueError, match="widget") as caught:
+            build(spec)
+        assert isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match="'type' must be a class"):
+        build({"type": 7})
+
+
 def test_tuple_expected_type() -> None:
     result = build_component(NotAWidget, expected_type=(Widget, NotAWidget), spec_name="thing")
     assert isinstance(result, NotAWidget)

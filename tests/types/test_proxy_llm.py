@@ -31,6 +31,8 @@ def test_routes_to_the_attempt_and_keeps_v1() -> None:
 def test_non_string_ids_are_rejected_naming_the_field(rollout_id: Any, attempt_id: Any, field: str) -> None:
     with pytest.raises(TypeError, match=f"{field} must be a str"):
         proxy().get_base_url(rollout_id, attempt_id)
+    with pytest.raises(ValueError, match=f"{field} must be a str"):  # what v0.3 raises: both catch sites work
+        proxy().get_base_url(rollout_id, attempt_id)
 
 
 def test_one_id_without_the_other_is_rejected() -> None:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.utils.server_launcher import PortInUseError, PythonServerLauncher, PythonServerLauncherArgs
 
 
 async def whoami(_request: Request) -> Response:
@@ -97,10 +97,31 @@ async def test_busy_port_names_the_fix() -> None:
     try:
         assert first.port is not None
         second = PythonServerLauncher(APP, PythonServerLauncherArgs(launch_mode="asyncio", port=first.port))
-        with pytest.raises(OSError, match="port=0"):
+        with pytest.raises(OSError, match="port=0") as caught:
             await second.start()
+        # v0.3 raises RuntimeError for a busy port: catch sites written for either type work.
+        assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, PortInUseError)
+        assert caught.value.errno is not None
+        with pytest.raises(RuntimeError, match="cannot listen"):
+            await second.start()
+        assert not second.is_running()
     finally:
         await first.stop()
+
+
+async def test_health_url_is_the_absolute_probe_url() -> None:
+    launcher = PythonServerLauncher(APP, PythonServerLauncherArgs(launch_mode="asyncio", healthcheck_url="whoami"))
+    await launcher.start()
+    try:
+        health_url = launcher.health_url
+        assert health_url is not None and health_url == f"{launcher.access_endpoint}/whoami"
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(health_url)).json() == {"pid": os.getpid()}
+    finally:
+        await launcher.stop()
+    assert PythonServerLauncher(APP, PythonServerLauncherArgs(port=8123)).health_url is None
+    absolute = PythonServerLauncherArgs(port=8123, healthcheck_url="http://127.0.0.1:9/health")
+    assert PythonServerLauncher(APP, absolute).health_url == "http://127.0.0.1:9/health"
 
 
 async def test_run_forever_ends_when_cancelled() -> None:

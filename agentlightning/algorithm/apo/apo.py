@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar, Union, cast
 
 from rich.console import Console
 
@@ -59,7 +59,10 @@ def _positive_int(name: str, value: int) -> int:
     return value
 
 
-class APO(Algorithm):
+T_task = TypeVar("T_task")
+
+
+class APO(Algorithm, Generic[T_task]):
     """Optimize the `PromptTemplate` in the trainer's initial resources with LLM critiques and edits.
 
     Needs `Trainer(adapter=agl.TraceToMessages(), initial_resources={"<name>": agl.PromptTemplate(...)})`

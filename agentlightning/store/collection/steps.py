@@ -110,9 +110,7 @@ class CollectionStoreSteps(BackendLightningStore):
     async def _resolve_resources_id(self, c: LightningCollections, resources_id: Optional[str]) -> Optional[str]:
         if resources_id is None:
             return await c.store_meta.get(LATEST_RESOURCES_KEY)
-        arguments.check_resources_reference(resources_id)
-        if await c.resources.get(resources_id) is None:
-            raise arguments.resources_not_found(resources_id)
+        arguments.check_resources_reference(resources_id)  # may name resources added later, as in v0.3
         return resources_id
 
     async def _with_latest_attempts(
@@ -136,10 +134,20 @@ class CollectionStoreSteps(BackendLightningStore):
     # ---- rollouts ----
 
     async def _set_rollout_status(
-        self, c: LightningCollections, rollout: Rollout, status: RolloutStatus, now: float, **changes: Any
+        self,
+        c: LightningCollections,
+        rollout: Rollout,
+        status: RolloutStatus,
+        now: float,
+        *,
+        direct: bool = False,
+        **changes: Any,
     ) -> Rollout:
-        """Apply a status (and other field changes), keeping the queue and the waiters in step."""
-        transition = transitions.rollout_transition(rollout, status, now, changes)
+        """Apply a status (and other field changes), keeping the queue and the waiters in step.
+
+        `direct`: a move made by `update_rollout` or a reviving span (see `transitions.check_transition`).
+        """
+        transition = transitions.rollout_transition(rollout, status, now, changes, direct)
         updated = copy_model(rollout, transition.changes) if transition.changes else rollout
         await c.rollouts.update(updated)
         if transition.enqueue:
@@ -255,6 +263,8 @@ class CollectionStoreSteps(BackendLightningStore):
         stale: set[str] = set()
         for attempt in attempts.values():
             latest = await self._attempt_count(c, attempt.rollout_id)
+            if transitions.attempt_revived_by_span(attempt, rollouts[attempt.rollout_id], latest):
+                continue
             if transitions.stale_attempt_reason(attempt, latest) is not None:
                 stale.add(attempt.attempt_id)
         if stale:
@@ -285,9 +295,10 @@ class CollectionStoreSteps(BackendLightningStore):
         if "status" not in changes:
             return
         await self._sync_worker_status(c, updated, now)
-        status = transitions.rollout_status_after_span(rollout)
+        revived = attempt.status == "unresponsive"  # only a revivable one gets here (others are stale)
+        status = transitions.rollout_status_after_span(rollout, revived)
         if status is not None and await self._is_latest(c, updated):
-            await self._set_rollout_status(c, rollout, status, now)
+            await self._set_rollout_status(c, rollout, status, now, direct=revived)
 
     # ---- the watchdog ----
 

@@ -191,7 +191,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
                     None if resources_id is None else await self._resolve_resources_id(c, resources_id)
                 )
             new_status = changes.pop("status", rollout.status)
-            updated = await self._set_rollout_status(c, rollout, new_status, self._now(), **changes)
+            updated = await self._set_rollout_status(c, rollout, new_status, self._now(), direct=True, **changes)
         return plain(updated)
 
     async def _finished(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
@@ -282,9 +282,8 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
 
     async def _next_sequence_ids(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
         async with self._writes() as c:
-            for rollout_id, attempt_id in pairs:
+            for rollout_id, _ in pairs:  # ids count per rollout: any attempt id is taken, as in v0.3
                 await self._require_rollout(c, rollout_id)
-                await self._require_attempt(c, rollout_id, attempt_id)
             return [await c.span_sequence_ids.inc(rollout_id) for rollout_id, _ in pairs]
 
     @tracked("spans")

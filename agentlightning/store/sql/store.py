@@ -281,7 +281,7 @@ class SqlLightningStore(BackendLightningStore):
                     None if resources_id is None else await st.resolve_resources_id(resources_id)
                 )
             new_status = step_changes.pop("status", record.rollout.status)
-            return await st.set_rollout_status(record.rollout, new_status, **step_changes)
+            return await st.set_rollout_status(record.rollout, new_status, direct=True, **step_changes)
 
         updated = await self._write(step)
         return updated.model_copy()
@@ -376,9 +376,8 @@ class SqlLightningStore(BackendLightningStore):
 
     async def _next_sequence_ids(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
         async def step(st: StoreTransaction) -> list[int]:
-            for rollout_id, attempt_id in pairs:
+            for rollout_id, _ in pairs:  # ids count per rollout: any attempt id is taken, as in v0.3
                 await st.require_rollout(rollout_id, lock=False)
-                await st.require_attempt(rollout_id, attempt_id, lock=False)
             return await st.next_span_sequence_ids([rollout_id for rollout_id, _ in pairs])
 
         return await self._write(step)

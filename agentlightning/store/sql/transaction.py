@@ -163,13 +163,20 @@ class StoreTransaction:
         return claimed
 
     async def set_rollout_status(
-        self, rollout: Rollout, status: RolloutStatus, *, attempt_count: Optional[int] = None, **changes: Any
+        self,
+        rollout: Rollout,
+        status: RolloutStatus,
+        *,
+        attempt_count: Optional[int] = None,
+        direct: bool = False,
+        **changes: Any,
     ) -> Rollout:
         """Apply a status (and other field changes): keep the queue in step, stamp or clear `end_time`.
 
-        `attempt_count` records a new latest attempt in the same statement.
+        `attempt_count` records a new latest attempt in the same statement. `direct`: a move made by
+        `update_rollout` or a reviving span (see `transitions.check_transition`).
         """
-        transition = transitions.rollout_transition(rollout, status, self.now, changes)
+        transition = transitions.rollout_transition(rollout, status, self.now, changes, direct)
         fields = dict(transition.changes)
         config = fields.pop("config", None)
         columns, values = _encode(_ROLLOUT_COLUMN_ENCODERS, fields)
@@ -199,10 +206,7 @@ class StoreTransaction:
         if resources_id is None:
             row = await self.tx.fetchone("SELECT value FROM {meta} WHERE key = ?", (LATEST_RESOURCES_KEY,))
             return row[0] if row is not None else None
-        arguments.check_resources_reference(resources_id)
-        row = await self.tx.fetchone("SELECT 1 FROM {resources} WHERE resources_id = ?", (resources_id,))
-        if row is None:
-            raise arguments.resources_not_found(resources_id)
+        arguments.check_resources_reference(resources_id)  # may name resources added later, as in v0.3
         return resources_id
 
     async def put_resources(self, resources_id: str, document: str) -> tuple[float, int]:
@@ -372,7 +376,8 @@ class StoreTransaction:
         stale = {
             key[1]
             for key, attempt in attempts.items()
-            if transitions.stale_attempt_reason(attempt, records[key[0]].attempt_count) is not None
+            if not transitions.attempt_revived_by_span(attempt, records[key[0]].rollout, records[key[0]].attempt_count)
+            and transitions.stale_attempt_reason(attempt, records[key[0]].attempt_count) is not None
         }
         if stale:
             spans = [transitions.mark_stale_span(s) if s.attempt_id in stale else s for s in spans]
@@ -464,9 +469,10 @@ class StoreTransaction:
             return
         running = attempt.model_copy(update=changes)
         await self.sync_worker_status(running)
-        status = transitions.rollout_status_after_span(record.rollout)
+        revived = attempt.status == "unresponsive"  # only a revivable one gets here (others are stale)
+        status = transitions.rollout_status_after_span(record.rollout, revived)
         if status is not None and running.sequence_id >= record.attempt_count:
-            record.rollout = await self.set_rollout_status(record.rollout, status)
+            record.rollout = await self.set_rollout_status(record.rollout, status, direct=revived)
 
     async def next_span_sequence_ids(self, rollout_ids: Sequence[str]) -> list[int]:
         out: list[int] = []

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -383,3 +383,15 @@ def test_the_lazy_factory_builds_apo() -> None:
     apo = agl.APO(AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused"), beam_rounds=1)
     assert isinstance(apo, APO) and apo.beam_rounds == 1 and apo.gradient_model == "gpt-5-mini"
     assert apo.apply_edit_model == "gpt-4.1-mini" and apo.beam_width == 4 and apo.val_batch_size == 16
+
+
+def test_apo_is_generic_over_the_task_type_as_in_v03() -> None:
+    """v0.3 scripts write `APO[MyTask](client, ...)`; the subscripted class builds a plain APO."""
+
+    from openai import AsyncOpenAI
+
+    class MyTask(TypedDict):
+        question: str
+
+    algorithm = APO[MyTask](AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused"), beam_rounds=1)
+    assert isinstance(algorithm, APO) and algorithm.beam_rounds == 1
