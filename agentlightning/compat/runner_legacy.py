@@ -24,11 +24,11 @@ from agentlightning.types import (
 from agentlightning.utils.deprecation import warn_deprecated_once
 from agentlightning.utils.id import generate_id
 
-from .agent import LitAgentRunner
-from .base import StopEvent
+from agentlightning.runner.agent import LitAgentRunner
+from agentlightning.runner.base import StopEvent
 
 if TYPE_CHECKING:
-    from agentlightning.client import AgentLightningClient
+    from agentlightning.compat.client import AgentLightningClient
     from agentlightning.litagent import LitAgent
     from agentlightning.store.base import LightningStore
     from agentlightning.tracer.base import Tracer

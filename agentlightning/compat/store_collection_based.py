@@ -3,7 +3,7 @@
 The class lives in `agentlightning.store.collection`; this module only re-exports it.
 """
 
-from .collection import CollectionBasedLightningStore, LightningCollections
-from .collection.store import T_Collections
+from agentlightning.store.collection import CollectionBasedLightningStore, LightningCollections
+from agentlightning.store.collection.store import T_Collections
 
 __all__ = ["CollectionBasedLightningStore", "LightningCollections", "T_Collections"]

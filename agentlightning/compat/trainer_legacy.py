@@ -14,11 +14,11 @@ from agentlightning.utils.deprecation import warn_deprecated_once
 
 if TYPE_CHECKING:
     from agentlightning.adapter import TraceAdapter
-    from agentlightning.client import AgentLightningClient
+    from agentlightning.compat.client import AgentLightningClient
     from agentlightning.litagent import LitAgent
     from agentlightning.tracer.base import Tracer
 
-__all__ = ["TrainerLegacy"]
+__all__ = ["TrainerLegacy", "fit_with_v01_backend"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class TrainerLegacy:
             "Trainer.fit(agent, <server URL>) is the deprecated v0.1 API; enqueue tasks into a LightningStore "
             "and call Trainer.fit(agent, train_dataset) instead",
         )
-        from agentlightning.client import AgentLightningClient
+        from agentlightning.compat.client import AgentLightningClient
 
         target = dev_backend if self._dev and dev_backend is not None else backend
         client = target if isinstance(target, AgentLightningClient) else AgentLightningClient(endpoint=target)
@@ -68,7 +68,7 @@ def run_legacy_worker(
     worker_id: int,
 ) -> None:
     """One v0.1 worker: a `LegacyAgentRunner` over its whole lifecycle, until it stops."""
-    from agentlightning.runner.legacy import LegacyAgentRunner
+    from agentlightning.compat.runner_legacy import LegacyAgentRunner
 
     runner = LegacyAgentRunner(
         agent, client, tracer, triplet_exporter=adapter, worker_id=worker_id, max_tasks=max_tasks
@@ -107,3 +107,16 @@ def _run_worker_processes(args: tuple[Any, ...], n_workers: int) -> None:
     failed = [f"{p.name} (exit code {p.exitcode})" for p in processes if p.exitcode != 0]
     if failed:
         raise RuntimeError(f"legacy runner worker(s) failed: {', '.join(failed)}; see their logs above")
+
+
+def fit_with_v01_backend(trainer: Any, agent: LitAgent[Any], backend: Backend) -> None:
+    """`Trainer.fit(agent, <v0.1 backend>)`: `fit_v0`, refusing a `DevTaskLoader` it would serve for ever."""
+    from .client import DevTaskLoader
+
+    if isinstance(backend, DevTaskLoader) and trainer.max_rollouts is None:
+        raise TypeError(
+            "Trainer.fit(agent, DevTaskLoader(...)) would run for ever: the loader serves its tasks in a "
+            "cycle. Use Trainer(max_rollouts=N).fit_v0(agent, <url>, dev_backend=loader) for the v0.1 "
+            "flow, or Trainer.dev(agent, tasks) / Trainer.fit(agent, tasks) with a plain list of tasks"
+        )
+    TrainerLegacy.fit_v0(trainer, agent, backend)
