@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agentlightning.emitter import emit_reward, find_final_reward
+from agentlightning.runner.agent import LitAgentRunner
+from agentlightning.runner.base import StopEvent
 from agentlightning.types import (
     Attempt,
     AttemptedRollout,
@@ -23,9 +25,6 @@ from agentlightning.types import (
 )
 from agentlightning.utils.deprecation import warn_deprecated_once
 from agentlightning.utils.id import generate_id
-
-from agentlightning.runner.agent import LitAgentRunner
-from agentlightning.runner.base import StopEvent
 
 if TYPE_CHECKING:
     from agentlightning.compat.client import AgentLightningClient
