@@ -3,8 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from .agent import LitAgentRunner
-from .base import Runner
-from .hook import Hook
+from .base import Hook, Runner
 
 if TYPE_CHECKING:
     from agentlightning.compat.runner_legacy import LegacyAgentRunner
