@@ -62,6 +62,14 @@ REFERENCE_MODULES: list[tuple[str, tuple[str, ...]]] = [
     ("agentlightning.utils.server_launcher", ("PythonServerLauncher", "PythonServerLauncherArgs")),
     ("agentlightning.utils.system_snapshot", ()),
     ("agentlightning.instrumentation.litellm", ()),
+    ("agentlightning.client", ("AgentLightningClient", "DevTaskLoader")),
+    ("agentlightning.server", ("AgentLightningServer",)),
+    ("agentlightning.store.client", ("LightningStoreClient",)),
+    ("agentlightning.store.server", ("LightningStoreServer",)),
+    ("agentlightning.runner.legacy", ("LegacyAgentRunner",)),
+    ("agentlightning.trainer.legacy", ("TrainerLegacy",)),
+    ("agentlightning.types", ("Hook",)),
+    ("agentlightning.types.core", ("Hook",)),
     ("agentlightning.verl", ("AgentModeDaemon", "get_left_padded_ids_and_attention_mask", "load_default_config")),
 ]
 
@@ -109,3 +117,43 @@ def test_reference_paths_resolve_to_our_classes() -> None:
     assert client_server.LightningStoreServer is LightningStoreServer
     assert client_server.LightningStoreClient is LightningStoreClient
     assert collection_based.CollectionBasedLightningStore is CollectionBasedLightningStore
+
+
+# Each old path (v0.1/v0.3) and the `agentlightning.compat` module that now holds what it names.
+OLD_PATHS_IN_COMPAT: list[tuple[str, str, tuple[str, ...]]] = [
+    ("agentlightning.store.client", "store_client", ("LightningStoreClient",)),
+    ("agentlightning.store.server", "store_server", ("LightningStoreServer",)),
+    ("agentlightning.store.client_server", "store_client_server", ("LightningStoreClient", "LightningStoreServer")),
+    ("agentlightning.store.collection_based", "store_collection_based", ("CollectionBasedLightningStore",)),
+    ("agentlightning.store", "store_client", ("LightningStoreClient",)),
+    ("agentlightning.store", "store_server", ("LightningStoreServer",)),
+    ("agentlightning.client", "client", ("AgentLightningClient", "DevTaskLoader")),
+    ("agentlightning.server", "server", ("AgentLightningServer",)),
+    ("agentlightning.runner.legacy", "runner_legacy", ("LegacyAgentRunner",)),
+    ("agentlightning.runner", "runner_legacy", ("LegacyAgentRunner",)),
+    ("agentlightning.trainer.legacy", "trainer_legacy", ("TrainerLegacy",)),
+    ("agentlightning.types", "types_core", ("Hook",)),
+    ("agentlightning.types.core", "types_core", ("Hook",)),
+    ("agentlightning", "client", ("AgentLightningClient", "DevTaskLoader")),
+    ("agentlightning", "server", ("AgentLightningServer",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "compat", "names"), OLD_PATHS_IN_COMPAT, ids=[f"{o}->{c}" for o, c, _ in OLD_PATHS_IN_COMPAT]
+)
+def test_old_paths_re_export_the_compat_objects(old: str, compat: str, names: tuple[str, ...]) -> None:
+    import importlib
+
+    old_module = importlib.import_module(old)
+    compat_module = importlib.import_module(f"agentlightning.compat.{compat}")
+    for name in names:
+        assert getattr(old_module, name) is getattr(compat_module, name), f"{old}.{name}"
+
+
+def test_v03_trainer_keeps_its_v01_entry_points_without_inheriting_them() -> None:
+    from agentlightning import Trainer
+    from agentlightning.compat.trainer_legacy import TrainerLegacy
+
+    assert not issubclass(Trainer, TrainerLegacy)
+    assert callable(Trainer.fit_v0)

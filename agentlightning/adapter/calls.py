@@ -7,11 +7,11 @@ recorded in the `AdaptationReport` with the reason it was left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from agentlightning.semconv import AGL_REWARD
 from agentlightning.types import Span, Triplet
@@ -21,10 +21,8 @@ from .extraction import build_triplet_fields, prompt_token_ids_of, response_toke
 from .llm_call import DEFAULT_LLM_CALL_MATCH, agent_name_of, looks_like_llm_call, response_id_of
 from .report import AdaptationReport, DroppedLlmCall, DropReason, UnmatchedReward
 
-if TYPE_CHECKING:
-    from .tree import TraceTree
-
 __all__ = [
+    "SpanNode",
     "RewardMatchPolicy",
     "LlmCall",
     "LlmCallMatcher",
@@ -33,6 +31,38 @@ __all__ = [
     "reward_value_of",
     "drop_calls_without_token_ids",
 ]
+
+
+class SpanNode(Protocol):
+    """A node of a span tree, as the LLM-call search walks it; `tree.TraceTree` is one.
+
+    A protocol rather than `TraceTree` itself, so this module needs nothing from `tree.py` (which builds
+    on it): the two modules do not import each other.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def span(self) -> Span: ...
+
+    @property
+    def synthetic(self) -> bool:
+        """True for nodes invented for missing parents and for the virtual root."""
+        ...
+
+    @property
+    def children(self) -> Sequence[SpanNode]: ...
+
+    @property
+    def start_time(self) -> float: ...
+
+    @property
+    def end_time(self) -> float: ...
+
+    def traverse(self) -> Iterator[SpanNode]:
+        """This node and every node below it, pre-order."""
+        ...
 
 
 class RewardMatchPolicy(str, Enum):
@@ -49,7 +79,7 @@ class RewardMatchPolicy(str, Enum):
 class LlmCall:
     """One LLM call: the anchor node that places it in the tree plus every span that reported it."""
 
-    anchor: TraceTree
+    anchor: SpanNode
     members: list[Span]
     response_id: Optional[str]
     agent_name: str
@@ -141,12 +171,12 @@ def _drop(
     )
 
 
-def find_llm_calls(tree: TraceTree, matcher: LlmCallMatcher, report: AdaptationReport) -> list[LlmCall]:
+def find_llm_calls(tree: SpanNode, matcher: LlmCallMatcher, report: AdaptationReport) -> list[LlmCall]:
     """Depth-first search for LLM calls; merges the same call seen twice and reports what it leaves out."""
     calls: list[LlmCall] = []
     by_response_id: dict[str, LlmCall] = {}
     root_context = _Context(agent_name="", agent_ok=matcher.agent_match is None, in_reward=False, call=None)
-    stack: list[tuple[TraceTree, _Context]] = [(tree, root_context)]
+    stack: list[tuple[SpanNode, _Context]] = [(tree, root_context)]
     while stack:
         node, context = stack.pop()
         span = node.span
@@ -166,7 +196,7 @@ def find_llm_calls(tree: TraceTree, matcher: LlmCallMatcher, report: AdaptationR
 
 
 def _visit_llm_candidate(
-    node: TraceTree,
+    node: SpanNode,
     context: _Context,
     matcher: LlmCallMatcher,
     report: AdaptationReport,
@@ -233,7 +263,7 @@ def drop_calls_without_token_ids(calls: Sequence[LlmCall], report: AdaptationRep
 
 
 def match_rewards(
-    tree: TraceTree, calls: Sequence[LlmCall], policy: RewardMatchPolicy, report: AdaptationReport
+    tree: SpanNode, calls: Sequence[LlmCall], policy: RewardMatchPolicy, report: AdaptationReport
 ) -> None:
     """Attach each reward span to an LLM call per `policy`; rewards that find no call go to the report."""
     by_anchor = {id(call.anchor): call for call in calls}
@@ -252,11 +282,11 @@ stamp the end a moment after the agent's code resumed and emitted its reward: a 
 the reward and ended within this many seconds after it still counts as ended before it."""
 
 
-def _order_key(node: TraceTree) -> tuple[float, int]:
+def _order_key(node: SpanNode) -> tuple[float, int]:
     return (node.start_time, node.span.sequence_id)
 
 
-def _assign_in_order(nodes: Iterable[TraceTree], by_anchor: dict[int, LlmCall], report: AdaptationReport) -> None:
+def _assign_in_order(nodes: Iterable[SpanNode], by_anchor: dict[int, LlmCall], report: AdaptationReport) -> None:
     seen: list[LlmCall] = []
     for node in nodes:
         call = by_anchor.get(id(node))

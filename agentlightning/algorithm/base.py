@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Awaitable, Optional, Union
 
 from agentlightning.tracking import NullTracker, Tracker, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
+from agentlightning.types.protocols import TrainerLike
 
 if TYPE_CHECKING:
     from agentlightning.adapter import TraceAdapter
     from agentlightning.llm_proxy import LLMProxy
     from agentlightning.store.base import LightningStore
-    from agentlightning.trainer import Trainer
 
 __all__ = ["Algorithm", "TrainedPolicy"]
 
@@ -56,10 +56,10 @@ class Algorithm:
 
     # ---- trainer ----
 
-    def set_trainer(self, trainer: Trainer) -> None:
+    def set_trainer(self, trainer: TrainerLike) -> None:
         self._trainer_ref = weakref.ref(trainer)
 
-    def get_trainer(self) -> Trainer:
+    def get_trainer(self) -> TrainerLike:
         if self._trainer_ref is None:
             raise ValueError(f"{type(self).__name__} has no trainer; pass the algorithm to agl.Trainer(algorithm=...)")
         trainer = self._trainer_ref()

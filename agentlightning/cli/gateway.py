@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _open_store(args: argparse.Namespace) -> Any:
     if args.store_url:
-        from agentlightning.store.client import LightningStoreClient
+        from agentlightning.store_http.client import LightningStoreClient
 
         return LightningStoreClient(args.store_url, auth_token=args.store_token)
     return build_store(args)

@@ -22,7 +22,7 @@ from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle
 from .events import ExecutionEvent, ThreadingEvent
 
 if TYPE_CHECKING:
-    from agentlightning.store.server import LightningStoreServer
+    from agentlightning.store_http.server import LightningStoreServer
 
 __all__ = ["RayExecutionStrategy", "RunnerActorInfo"]
 
@@ -100,7 +100,7 @@ class _RunnerActor:
         await asyncio.shield(self._task)
 
     async def _run(self) -> None:
-        from agentlightning.store.client import LightningStoreClient
+        from agentlightning.store_http.client import LightningStoreClient
 
         client = LightningStoreClient(self._endpoint, auth_token=self._auth_token)
         try:
@@ -291,7 +291,7 @@ class RayExecutionStrategy(ExecutionStrategy):
     async def _drive(self, ray: Any, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
         server: Optional[LightningStoreServer] = None
         if self.managed_store:
-            from agentlightning.store.server import LightningStoreServer
+            from agentlightning.store_http.server import LightningStoreServer
 
             port = self.server_port or _free_port(self.server_host)
             token = self.auth_token or secrets.token_urlsafe(24)
@@ -464,7 +464,7 @@ class RayExecutionStrategy(ExecutionStrategy):
 
 
 def _external_endpoint(store: LightningStore) -> tuple[str, Optional[str]]:
-    from agentlightning.store.client import LightningStoreClient
+    from agentlightning.store_http.client import LightningStoreClient
 
     if not isinstance(store, LightningStoreClient):
         raise ValueError(

@@ -7,9 +7,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, Optional, TypeVar
 
 from agentlightning.types import NamedResources, Rollout, RolloutRawResult
+from agentlightning.types.protocols import RunnerLike
 
 if TYPE_CHECKING:
-    from agentlightning.runner.base import Runner
     from agentlightning.tracer.base import Tracer
 
 __all__ = ["LitAgent"]
@@ -39,7 +39,7 @@ class LitAgent(Generic[T_task]):
             )
         self.trained_agents = trained_agents
         self._trainer_ref: Optional[weakref.ReferenceType[Any]] = None
-        self._runner_ref: Optional[weakref.ReferenceType[Runner[T_task]]] = None
+        self._runner_ref: Optional[weakref.ReferenceType[RunnerLike]] = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Weak references cannot be pickled; a copy sent to another process is re-linked there.
@@ -88,10 +88,10 @@ class LitAgent(Generic[T_task]):
     def tracer(self) -> Tracer:
         return self.get_tracer()
 
-    def set_runner(self, runner: Runner[T_task]) -> None:
+    def set_runner(self, runner: RunnerLike) -> None:
         self._runner_ref = weakref.ref(runner)
 
-    def get_runner(self) -> Runner[T_task]:
+    def get_runner(self) -> RunnerLike:
         """The runner executing this agent; raises ValueError if none was set or it was garbage-collected."""
         if self._runner_ref is None:
             raise ValueError(f"no runner is set on {type(self).__name__}; call set_runner() or Runner.init(agent)")
@@ -101,7 +101,7 @@ class LitAgent(Generic[T_task]):
         return runner
 
     @property
-    def runner(self) -> Runner[T_task]:
+    def runner(self) -> RunnerLike:
         return self.get_runner()
 
     # ---- legacy (v0.1) lifecycle hooks, called only by the deprecated LegacyAgentRunner ----

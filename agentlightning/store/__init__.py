@@ -8,8 +8,8 @@ from .memory import InMemoryLightningStore
 from .threading import LightningStoreThreaded
 
 if TYPE_CHECKING:
-    from agentlightning.store_http.client import LightningStoreClient
-    from agentlightning.store_http.server import LightningStoreServer
+    from agentlightning.compat.store_client import LightningStoreClient
+    from agentlightning.compat.store_server import LightningStoreServer
 
     from .postgres import PostgresLightningStore
     from .sqlite import SqliteLightningStore
@@ -29,11 +29,12 @@ __all__ = [
     "PostgresLightningStore",
 ]
 
-# HTTP pieces load on first use so `import agentlightning.store` does not import fastapi/aiohttp.
-# SQL backends too: PostgreSQL needs the optional psycopg extra.
+# HTTP pieces load on first use so `import agentlightning.store` does not import fastapi/aiohttp; they live
+# in `store_http`, which imports this package, so v0.3's `agentlightning.store.LightningStore{Server,Client}` goes
+# through `agentlightning.compat`. SQL backends load lazily too: PostgreSQL needs the optional psycopg extra.
 _LAZY = {
-    "LightningStoreServer": "agentlightning.store_http.server",
-    "LightningStoreClient": "agentlightning.store_http.client",
+    "LightningStoreServer": "agentlightning.compat.store_server",
+    "LightningStoreClient": "agentlightning.compat.store_client",
     "SqliteLightningStore": ".sqlite",
     "PostgresLightningStore": ".postgres",
 }

@@ -1,11 +1,5 @@
-"""The reference framework's import path for the HTTP store pair.
+"""Old path of the HTTP store pair (v0.3); see `agentlightning.compat.store_client_server`."""
 
-v0.3 code imports `LightningStoreServer` and `LightningStoreClient` from here; both are the classes of
-`agentlightning.store.server` and `agentlightning.store.client`. Importing this module loads the HTTP
-stack (FastAPI, aiohttp), which `import agentlightning.store` alone does not.
-"""
-
-from .client import LightningStoreClient
-from .server import LightningStoreServer
+from agentlightning.compat.store_client_server import LightningStoreClient, LightningStoreServer
 
 __all__ = ["LightningStoreServer", "LightningStoreClient"]

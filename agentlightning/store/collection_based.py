@@ -1,9 +1,9 @@
-"""The reference framework's import path for `CollectionBasedLightningStore`.
+"""Old path of `CollectionBasedLightningStore` (v0.3); the class lives in `agentlightning.store.collection`."""
 
-The class lives in `agentlightning.store.collection`; this module only re-exports it.
-"""
-
-from .collection import CollectionBasedLightningStore, LightningCollections
-from .collection.store import T_Collections
+from agentlightning.compat.store_collection_based import (
+    CollectionBasedLightningStore,
+    LightningCollections,
+    T_Collections,
+)
 
 __all__ = ["CollectionBasedLightningStore", "LightningCollections", "T_Collections"]

@@ -7,6 +7,7 @@ store's own normalisation and, when larger than a request may be, cut to fit (`_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -52,3 +53,20 @@ def check_documents(fields: dict[str, Any], prefix: str = "") -> None:
         check_finite_number(fields["last_heartbeat_time"], "last_heartbeat_time")
     if fields.get("heartbeat_stats") is not None:
         fields["heartbeat_stats"] = coerce_stats(fields["heartbeat_stats"])
+
+
+def span_batches(spans: Sequence[Span], max_body_size: int) -> list[bytes]:
+    """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
+    batches: list[bytes] = []
+    current: list[bytes] = []
+    size = 2  # the brackets
+    for span in spans:
+        encoded = encoded_span(span, max_body_size)
+        if current and size + len(encoded) + 1 > max_body_size:
+            batches.append(b"[" + b",".join(current) + b"]")
+            current, size = [], 2
+        current.append(encoded)
+        size += len(encoded) + 1
+    if current:
+        batches.append(b"[" + b",".join(current) + b"]")
+    return batches

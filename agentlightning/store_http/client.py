@@ -10,15 +10,13 @@ restart; other 4xx raise at once with the server's message, as `ValueError` / `K
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Optional, TypeVar
 
 import aiohttp
 from pydantic import TypeAdapter
@@ -27,25 +25,37 @@ from agentlightning.store._arguments import check_dequeue_wait, check_resources,
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
-    Attempt,
     AttemptedRollout,
     AttemptStatus,
     EnqueueRolloutRequest,
     FinishedAttempt,
     NamedResources,
-    PaginatedResult,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
     Span,
     TaskInput,
-    Worker,
 )
 
+from ._client_endpoints import (
+    _ANY,
+    _ATTEMPTED_LIST,
+    _DEQUEUE_HEADERS,
+    _DICT,
+    _ENDPOINTS,
+    _FINISHED,
+    _JSON_HEADERS,
+    _RESOURCES,
+    _ROLLOUTS,
+    _SPANS,
+    _json_value,
+    _route_missing,
+    _seg,
+)
 from ._idempotency import IDEMPOTENCY_KEY_HEADER
-from ._payloads import check_documents, checked_config, encoded_span
-from ._resources_hint import RESOURCES_VERSIONS_HEADER, WANT_RESOURCES_VERSIONS_HEADER, ResourcesHints
+from ._payloads import check_documents, checked_config, encoded_span, span_batches
+from ._resources_hint import RESOURCES_VERSIONS_HEADER, ResourcesHints
 from .errors import (
     NOT_FOUND_ERROR_TYPE,
     LightningStoreNotFoundError,
@@ -74,90 +84,6 @@ _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     asyncio.TimeoutError,
     OSError,
 )
-
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
-_ROLLOUT: TypeAdapter[Rollout] = TypeAdapter(Rollout)
-_ROLLOUTS: TypeAdapter[list[Rollout]] = TypeAdapter(list[Rollout])
-_ANY_ROLLOUT: TypeAdapter[Union[AttemptedRollout, Rollout]] = TypeAdapter(Union[AttemptedRollout, Rollout])
-_ATTEMPTED: TypeAdapter[AttemptedRollout] = TypeAdapter(AttemptedRollout)
-_ATTEMPTED_LIST: TypeAdapter[list[AttemptedRollout]] = TypeAdapter(list[AttemptedRollout])
-_ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Union[AttemptedRollout, Rollout]]] = TypeAdapter(
-    PaginatedResult[Union[AttemptedRollout, Rollout]]
-)
-_ATTEMPT: TypeAdapter[Attempt] = TypeAdapter(Attempt)
-_ATTEMPT_PAGE: TypeAdapter[PaginatedResult[Attempt]] = TypeAdapter(PaginatedResult[Attempt])
-_SPAN: TypeAdapter[Span] = TypeAdapter(Span)
-_OPTIONAL_SPAN: TypeAdapter[Optional[Span]] = TypeAdapter(Optional[Span])  # null: a duplicate, not stored
-_SPANS: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
-_SPAN_PAGE: TypeAdapter[PaginatedResult[Span]] = TypeAdapter(PaginatedResult[Span])
-_RESOURCES: TypeAdapter[ResourcesUpdate] = TypeAdapter(ResourcesUpdate)
-_RESOURCES_PAGE: TypeAdapter[PaginatedResult[ResourcesUpdate]] = TypeAdapter(PaginatedResult[ResourcesUpdate])
-_WORKER: TypeAdapter[Worker] = TypeAdapter(Worker)
-_WORKER_PAGE: TypeAdapter[PaginatedResult[Worker]] = TypeAdapter(PaginatedResult[Worker])
-_DICT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
-_FINISHED: TypeAdapter[FinishedAttempt] = TypeAdapter(FinishedAttempt)
-
-_JSON_HEADERS = {"Content-Type": "application/json"}
-_DEQUEUE_HEADERS = {**_JSON_HEADERS, WANT_RESOURCES_VERSIONS_HEADER: "1"}
-
-
-def _seg(value: str, what: str = "id") -> str:
-    """`value` as one URL path segment; an empty id is refused here, as the store would refuse it."""
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
-    return quote(value, safe="")
-
-
-def _json_value(value: Any) -> Any:
-    """Sequences (tuples, pages) as JSON lists; anything else as is."""
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, list)):
-        return list(value)  # type: ignore[arg-type]
-    return value
-
-
-def _route_missing(error: LightningStoreRequestError) -> bool:
-    """Whether a server answered that it has no such route (an older version), not that an entity is missing."""
-    return error.status in (404, 405) and not error.error_type
-
-
-@dataclasses.dataclass(frozen=True)
-class _Endpoint:
-    """How a contract method travels over HTTP.
-
-    `{name}` in `path` takes the argument `name` (one escaped path segment). The other arguments form
-    the JSON body (those left UNSET are omitted, so the store leaves the field unchanged), or the URL
-    query with `query=True`; `body_from` sends one argument as the whole body instead. With
-    `optional=True` a 'not found' answer or `null` means None, as the contract's `Optional` returns.
-    """
-
-    method: str
-    path: str
-    adapter: TypeAdapter[Any]
-    optional: bool = False
-    query: bool = False
-    body_from: Optional[str] = None
-
-    def path_names(self) -> list[str]:
-        return [part[1:-1] for part in self.path.split("/") if part.startswith("{")]
-
-
-_ENDPOINTS: dict[str, _Endpoint] = {
-    "statistics": _Endpoint("GET", "/statistics", _DICT),
-    "start_rollout": _Endpoint("POST", "/rollouts", _ATTEMPTED),
-    "start_attempt": _Endpoint("POST", "/rollouts/{rollout_id}/attempts", _ATTEMPTED),
-    "query_rollouts": _Endpoint("POST", "/rollouts/search", _ROLLOUT_PAGE),
-    "get_rollout_by_id": _Endpoint("GET", "/rollouts/{rollout_id}", _ANY_ROLLOUT, optional=True),
-    "update_rollout": _Endpoint("POST", "/rollouts/{rollout_id}", _ROLLOUT),
-    "query_attempts": _Endpoint("POST", "/rollouts/{rollout_id}/attempts/search", _ATTEMPT_PAGE),
-    "get_latest_attempt": _Endpoint("GET", "/rollouts/{rollout_id}/attempts/latest", _ATTEMPT, optional=True),
-    "update_attempt": _Endpoint("POST", "/rollouts/{rollout_id}/attempts/{attempt_id}", _ATTEMPT),
-    "add_span": _Endpoint("POST", "/spans", _OPTIONAL_SPAN, body_from="span"),
-    "query_spans": _Endpoint("POST", "/spans/search", _SPAN_PAGE),
-    "query_resources": _Endpoint("GET", "/resources", _RESOURCES_PAGE, query=True),
-    "query_workers": _Endpoint("POST", "/workers/search", _WORKER_PAGE),
-    "get_worker_by_id": _Endpoint("GET", "/workers/{worker_id}", _WORKER, optional=True),
-    "update_worker": _Endpoint("POST", "/workers/{worker_id}", _WORKER),
-}
 
 
 class LightningStoreClient(ForwardingLightningStore):
@@ -608,7 +534,7 @@ class LightningStoreClient(ForwardingLightningStore):
         A batch larger than `max_body_size` bytes goes as several requests under the limit, each all or nothing.
         """
         stored: list[Span] = []
-        for batch in self._span_batches(spans):
+        for batch in span_batches(spans, self.max_body_size):
             body = await self._request("POST", "/spans/many", raw_body=batch)
             assert body is not None
             stored.extend(_SPANS.validate_json(body))
@@ -625,7 +551,7 @@ class LightningStoreClient(ForwardingLightningStore):
         """
         if not self._server_finishes:
             return await LightningStore.finish_attempt(self, rollout_id, attempt_id, status, spans)
-        batches = self._span_batches(spans)
+        batches = span_batches(spans, self.max_body_size)
         stored: list[Span] = []
         for batch in batches[:-1]:
             stored.extend(await self.add_many_spans(_SPANS.validate_json(batch)))
@@ -650,22 +576,6 @@ class LightningStoreClient(ForwardingLightningStore):
         if stored:
             finished.spans[:0] = stored
         return finished
-
-    def _span_batches(self, spans: Sequence[Span]) -> list[bytes]:
-        """JSON arrays of the spans, each at most `max_body_size` bytes (a single larger span goes alone)."""
-        batches: list[bytes] = []
-        current: list[bytes] = []
-        size = 2  # the brackets
-        for span in spans:
-            encoded = encoded_span(span, self.max_body_size)
-            if current and size + len(encoded) + 1 > self.max_body_size:
-                batches.append(b"[" + b",".join(current) + b"]")
-                current, size = [], 2
-            current.append(encoded)
-            size += len(encoded) + 1
-        if current:
-            batches.append(b"[" + b",".join(current) + b"]")
-        return batches
 
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         if not rollout_attempt_ids:

@@ -30,7 +30,6 @@ from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
 from agentlightning.types import Dataset, NamedResources
 
 from .init_utils import build_component
-from .legacy import TrainerLegacy
 from .progress import PROGRESS_INTERVAL_SECONDS, RunProgress, format_duration
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
 from .remote import is_store_url, store_url_from_env, wait_until_store_answers
@@ -69,7 +68,7 @@ def default_tracer(daemon: bool = True) -> Tracer:
     return OtelTracer()
 
 
-class Trainer(TrainerLegacy):
+class Trainer:
     """Wire an agent, an algorithm, a store, a tracer, an adapter and runners, and run them with a strategy.
 
     Components may be given as instances, classes, factories, import paths, registry names or dicts
@@ -340,37 +339,29 @@ class Trainer(TrainerLegacy):
     ) -> None:
         """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes.
 
-        A string `train_dataset` is a v0.1 server URL and a v0.1 client (`AgentLightningClient`,
-        `DevTaskLoader`) a v0.1 backend: the call goes to the deprecated `fit_v0`. A `DevTaskLoader` serves
-        its tasks in a cycle forever, so it needs `max_rollouts`; without it this raises TypeError instead
-        of running for ever.
+        v0.3 code may still pass a v0.1 backend (a server URL or an `AgentLightningClient`) instead of a
+        dataset; that deprecated call is handed to `agentlightning.compat.trainer_legacy`.
         """
-        if isinstance(train_dataset, str):
-            self.fit_v0(agent, train_dataset)
-            return
-        if self._is_legacy_client(train_dataset):
-            self._fit_legacy_client(agent, train_dataset)
+        if _is_v01_backend(train_dataset):
+            self._fit_v01_backend(agent, train_dataset)
             return
         if self._dev:
             self.dev(agent, train_dataset, val_dataset=val_dataset)
             return
         self._execute(agent, self.algorithm, train_dataset, val_dataset)
 
-    @staticmethod
-    def _is_legacy_client(candidate: Any) -> bool:
-        client_module = sys.modules.get("agentlightning.client")  # only loaded if the caller made a client
-        return client_module is not None and isinstance(candidate, client_module.AgentLightningClient)
+    # ---- the v0.3 public entry points of v0.1 training; their code lives in agentlightning.compat ----
 
-    def _fit_legacy_client(self, agent: LitAgent[Any], client: Any) -> None:
-        from agentlightning.client import DevTaskLoader
+    def fit_v0(self, agent: LitAgent[Any], backend: Any, *args: Any, **kwargs: Any) -> None:
+        """Deprecated v0.1 training against an `AgentLightningServer`; see `compat.trainer_legacy`."""
+        from agentlightning.compat.trainer_legacy import TrainerLegacy
 
-        if isinstance(client, DevTaskLoader) and self.max_rollouts is None:
-            raise TypeError(
-                "Trainer.fit(agent, DevTaskLoader(...)) would run for ever: the loader serves its tasks in a "
-                "cycle. Use Trainer(max_rollouts=N).fit_v0(agent, <url>, dev_backend=loader) for the v0.1 "
-                "flow, or Trainer.dev(agent, tasks) / Trainer.fit(agent, tasks) with a plain list of tasks"
-            )
-        self.fit_v0(agent, client)
+        TrainerLegacy.fit_v0(self, agent, backend, *args, **kwargs)  # pyright: ignore[reportArgumentType]
+
+    def _fit_v01_backend(self, agent: LitAgent[Any], backend: Any) -> None:
+        from agentlightning.compat.trainer_legacy import fit_with_v01_backend
+
+        fit_with_v01_backend(self, agent, backend)
 
     def dev(
         self,
@@ -550,6 +541,14 @@ class _RunnerBundle:
                 runner.teardown_worker(worker_id)
         finally:
             runner.teardown()
+
+
+def _is_v01_backend(candidate: Any) -> bool:
+    """A v0.1 server URL or client; the client class is only loaded if the caller made one."""
+    client_module = sys.modules.get("agentlightning.compat.client")
+    return isinstance(candidate, str) or (
+        client_module is not None and isinstance(candidate, client_module.AgentLightningClient)
+    )
 
 
 def _served_at(store: LightningStore) -> Optional[str]:

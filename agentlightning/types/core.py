@@ -327,10 +327,10 @@ class GenericResponse(BaseModel):
 
 
 def __getattr__(name: str) -> Any:
-    # v0.3 compatibility: `Hook` lives in the runner layer now. Resolved on first access only, so this
-    # data-only module never imports the runner when it is imported.
+    # v0.3's `agentlightning.types.Hook`: the alias lives in `agentlightning.compat` and is looked up on
+    # first access only, so this data-only module never imports a higher layer when it is imported.
     if name == "Hook":
         import importlib
 
-        return importlib.import_module("agentlightning.runner.hook").Hook
+        return importlib.import_module("agentlightning.compat.types_core").Hook
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

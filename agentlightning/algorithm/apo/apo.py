@@ -26,15 +26,15 @@ from ..base import Algorithm
 from ..state import check_run_name, load_algorithm_state, save_algorithm_state
 from ..utils import batch_iter_over_dataset
 from .display import APODisplay, RoundProgress
+from .edits import accept_edits, candidate_record
 from .evaluation import BatchEvaluation, evaluate_prompt_on_batch
 from .gradient import apply_edit, write_critique
 from .llm import LLMCallError, RetryPolicy
-from .placeholders import placeholder_problem, template_placeholders
+from .placeholders import template_placeholders
 from .prompts import APPLY_EDIT_PROMPT_FILES, GRADIENT_PROMPT_FILES, MetaPrompt, load_meta_prompts
 from .report import (
     APOReport,
     BranchRecord,
-    CandidateRecord,
     CandidateScore,
     EvaluationRecord,
     RoundRecord,
@@ -334,7 +334,7 @@ class APO(Algorithm, Generic[T_task]):
         self._report = state.report
         seed = Candidate(version=state.new_version(), prompt=seed_prompt, parent=None, round=0)
         state.candidates[seed.version] = seed
-        state.report.candidates.append(self._candidate_record(seed))
+        state.report.candidates.append(candidate_record(seed))
         self._best, self._best_score = seed, None
         if self.run_initial_validation:
             logger.info("APO: validating the seed prompt on %d validation tasks", len(state.val_tasks))
@@ -380,7 +380,7 @@ class APO(Algorithm, Generic[T_task]):
                 *(self._branch(state, parent, batch, rng, bar) for parent, batch, rng in jobs)
             )
             record.branches = list(branches)
-            new_candidates = self._accept_edits(state, record, beam, round_index)
+            new_candidates = accept_edits(state, record, beam, round_index)
             candidates = beam + new_candidates
             bar.set_total(n_branches + len(candidates) + 1)
 
@@ -500,51 +500,6 @@ class APO(Algorithm, Generic[T_task]):
             bar.advance(f"critique and edit of {parent.version}")
         return record
 
-    def _accept_edits(
-        self, state: RunState, record: RoundRecord, beam: list[Candidate], round_index: int
-    ) -> list[Candidate]:
-        """Turn valid edits into new versions; reject (and log why) empty, broken or duplicate ones."""
-        known = {c.prompt.template.strip(): c.version for c in beam}
-        parents = {c.version: c for c in beam}
-        new_candidates: list[Candidate] = []
-        for branch in record.branches:
-            parent = parents[branch.parent_version]
-            if branch.rejected_reason is None:
-                branch.rejected_reason = self._edit_problem(parent, branch.edited_template, known)
-            if branch.rejected_reason is not None:
-                logger.warning(
-                    "APO round %d: rejected an edit of %s: %s",
-                    round_index,
-                    branch.parent_version,
-                    branch.rejected_reason,
-                )
-                continue
-            assert branch.edited_template is not None
-            candidate = Candidate(
-                version=state.new_version(),
-                prompt=PromptTemplate(template=branch.edited_template, engine=parent.prompt.engine),
-                parent=branch.parent_version,
-                round=round_index,
-            )
-            branch.version = candidate.version
-            state.candidates[candidate.version] = candidate
-            known[branch.edited_template.strip()] = candidate.version
-            new_candidates.append(candidate)
-            state.report.candidates.append(self._candidate_record(candidate, critique=branch.critique))
-        return new_candidates
-
-    @staticmethod
-    def _edit_problem(parent: Candidate, edited: Optional[str], known: dict[str, str]) -> Optional[str]:
-        if edited is None or not edited.strip():
-            return "the edited prompt is empty"
-        problem = placeholder_problem(parent.prompt.template, edited, parent.prompt.engine)
-        if problem is not None:
-            return problem
-        duplicate_of = known.get(edited.strip())
-        if duplicate_of is not None:
-            return f"the edited prompt is identical to {duplicate_of}"
-        return None
-
     def _update_best(self, state: RunState, record: RoundRecord, leader: Candidate) -> None:
         score = leader.full_val_score
         improved = score is not None and (self._best_score is None or score > self._best_score)
@@ -566,17 +521,6 @@ class APO(Algorithm, Generic[T_task]):
         )
 
     # ---- report ----
-
-    @staticmethod
-    def _candidate_record(candidate: Candidate, critique: Optional[str] = None) -> CandidateRecord:
-        return CandidateRecord(
-            version=candidate.version,
-            round=candidate.round,
-            parent_version=candidate.parent,
-            template=candidate.prompt.template,
-            engine=candidate.prompt.engine,
-            critique=critique,
-        )
 
     def _config(self) -> dict[str, Any]:
         return {
