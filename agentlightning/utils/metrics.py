@@ -11,13 +11,15 @@ import logging
 import threading
 import time
 import weakref
-from abc import ABC, abstractmethod
+import functools
+import inspect
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Optional, Union
 
 __all__ = [
     "MetricsBackend",
+    "MetricRecorded",
     "ConsoleMetricsBackend",
     "PrometheusMetricsBackend",
     "MultiMetricsBackend",
@@ -32,30 +34,79 @@ DEFAULT_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 Labels = Optional[Mapping[str, str]]
 
 
-class MetricsBackend(ABC):
-    """Where counters and histograms go. Methods are synchronous and cheap: they sit on hot paths."""
+class MetricRecorded:
+    """What `inc_counter` / `observe_histogram` return: the metric is already recorded when the call returns.
 
-    @abstractmethod
-    def register_counter(self, name: str, label_names: Sequence[str] = (), description: str = "") -> None:
-        """Declare a counter and the label names it is recorded with."""
+    v0.3's methods are coroutines (`await backend.inc_counter(...)`); awaiting this object returns None at
+    once, so v0.3 code works, and synchronous callers may ignore it.
+    """
 
-    @abstractmethod
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return None
+        yield  # pragma: no cover  (makes this a generator)
+
+    def __repr__(self) -> str:
+        return "MetricRecorded()"
+
+
+RECORDED = MetricRecorded()
+
+
+async def _await_all(pending: list[Awaitable[Any]]) -> None:
+    for item in pending:
+        await item
+
+
+def _combine(results: Sequence[Any]) -> Awaitable[None]:
+    """One awaitable for several backends' results (coroutines of v0.3-style async backends included)."""
+    pending = [result for result in results if inspect.isawaitable(result) and not isinstance(result, MetricRecorded)]
+    return _await_all(pending) if pending else RECORDED
+
+
+class MetricsBackend:
+    """Where counters and histograms go (v0.3's interface).
+
+    `inc_counter` / `observe_histogram` record synchronously and return an awaitable (`MetricRecorded`),
+    so both `backend.inc_counter(...)` and v0.3's `await backend.inc_counter(...)` work. Subclasses may
+    implement them as `async def`, as in v0.3; callers in this package await what they return.
+    """
+
+    def has_prometheus(self) -> bool:
+        """Whether metrics reach a Prometheus registry."""
+        return False
+
+    def register_counter(
+        self,
+        name: str,
+        label_names: Optional[Sequence[str]] = None,
+        group_level: Optional[int] = None,
+        *,
+        description: str = "",
+    ) -> None:
+        """Declare a counter and its label names (their order sets the grouping of `group_level`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement register_counter")
+
     def register_histogram(
         self,
         name: str,
-        label_names: Sequence[str] = (),
+        label_names: Optional[Sequence[str]] = None,
         buckets: Optional[Sequence[float]] = None,
+        group_level: Optional[int] = None,
+        *,
         description: str = "",
     ) -> None:
         """Declare a histogram (default buckets: `DEFAULT_BUCKETS`, in seconds)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement register_histogram")
 
-    @abstractmethod
-    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> None:
+    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         """Add `amount` to a counter (registered on first use with the given label names)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement inc_counter")
 
-    @abstractmethod
-    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> None:
+    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> Awaitable[None]:
         """Record one observation (registered on first use with the given label names)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement observe_histogram")
 
 
 class _Histogram:
@@ -113,64 +164,115 @@ class _WindowedHistogram:
         return window.summary()
 
 
-def _label_key(labels: Labels) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(labels.items())) if labels else ()
+def _merged_summary(summaries: Sequence[dict[str, float]]) -> dict[str, float]:
+    count = sum(int(item["count"]) for item in summaries)
+    if count == 0:
+        return {"count": 0, "sum": 0.0, "mean": 0.0, "min": 0.0, "max": 0.0}
+    total = sum(item["sum"] for item in summaries)
+    filled = [item for item in summaries if item["count"]]
+    return {
+        "count": count,
+        "sum": total,
+        "mean": total / count,
+        "min": min(item["min"] for item in filled),
+        "max": max(item["max"] for item in filled),
+    }
+
+
+LabelKey = tuple[tuple[str, str], ...]
 
 
 class ConsoleMetricsBackend(MetricsBackend):
-    """Aggregates metrics in memory and logs a summary at most every `log_interval_seconds`.
+    """Aggregates metrics in memory and logs a summary at most every `log_interval_seconds` (v0.3's signature).
 
-    Useful for local runs without a Prometheus server; `snapshot()` returns the aggregates. Counters are
-    totals since start. Histograms summarise every observation, or with `window_seconds` only those of the
-    last `window_seconds` (recent latency rather than the whole run's). `clock` (seconds, monotonic by
-    default) is injectable for tests.
+    Counters are totals since start. Histograms summarise the observations of the last `window_seconds`
+    (all of them with `window_seconds=None`). `snapshot()` returns the aggregates per label set.
+
+    Label grouping, as v0.3: when logging, each label set is cut to its first `group_level` labels (in
+    the order the metric was registered with, or first used with) and series sharing what is left are
+    aggregated; with `group_level` None or < 1 every label set of a metric collapses into one line. A
+    metric's own `group_level` (given at registration) applies when the backend's is None.
+    `clock` (seconds, monotonic by default) is injectable for tests.
     """
 
     def __init__(
         self,
-        log_interval_seconds: float = 30.0,
-        logger_name: str = "agentlightning.metrics",
+        window_seconds: Optional[float] = 60.0,
+        log_interval_seconds: float = 10.0,
+        group_level: Optional[int] = None,
         *,
-        window_seconds: Optional[float] = None,
+        logger_name: str = "agentlightning.metrics",
         clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        if log_interval_seconds < 0:
-            raise ValueError(f"log_interval_seconds must be >= 0, got {log_interval_seconds}")
+        if isinstance(log_interval_seconds, bool) or not log_interval_seconds >= 0:
+            raise ValueError(f"log_interval_seconds must be >= 0, got {log_interval_seconds!r}")
         if window_seconds is not None and (isinstance(window_seconds, bool) or not window_seconds > 0):
             raise ValueError(f"window_seconds must be a positive number of seconds or None, got {window_seconds!r}")
-        self.log_interval_seconds = log_interval_seconds
+        if group_level is not None and (isinstance(group_level, bool) or not isinstance(group_level, int)):
+            raise ValueError(f"group_level must be an int or None, got {group_level!r}")
         self.window_seconds = window_seconds
+        self.log_interval_seconds = log_interval_seconds
+        self.group_level = group_level
         self._clock = clock or time.monotonic
         self._logger = logging.getLogger(logger_name)
         self._lock = threading.Lock()
-        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        self._histograms: dict[str, dict[tuple[tuple[str, str], ...], Union[_Histogram, _WindowedHistogram]]] = {}
+        self._label_names: dict[str, tuple[str, ...]] = {}
+        self._group_levels: dict[str, Optional[int]] = {}
+        self._counters: dict[str, dict[LabelKey, float]] = {}
+        self._histograms: dict[str, dict[LabelKey, Union[_Histogram, _WindowedHistogram]]] = {}
         self._last_log = self._clock()
 
-    def register_counter(self, name: str, label_names: Sequence[str] = (), description: str = "") -> None:
+    def _declare(self, name: str, label_names: Optional[Sequence[str]], group_level: Optional[int]) -> None:
+        if label_names is not None:
+            self._label_names.setdefault(name, tuple(label_names))
+        if group_level is not None:
+            self._group_levels[name] = group_level
+
+    def register_counter(
+        self,
+        name: str,
+        label_names: Optional[Sequence[str]] = None,
+        group_level: Optional[int] = None,
+        *,
+        description: str = "",
+    ) -> None:
         with self._lock:
+            self._declare(name, label_names, group_level)
             self._counters.setdefault(name, {})
 
     def register_histogram(
         self,
         name: str,
-        label_names: Sequence[str] = (),
+        label_names: Optional[Sequence[str]] = None,
         buckets: Optional[Sequence[float]] = None,
+        group_level: Optional[int] = None,
+        *,
         description: str = "",
     ) -> None:
         with self._lock:
+            self._declare(name, label_names, group_level)
             self._histograms.setdefault(name, {})
 
-    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> None:
-        key = _label_key(labels)
+    def _key(self, name: str, labels: Labels) -> LabelKey:
+        """The label pairs in the metric's label order (first use fixes it); unknown labels follow, sorted."""
+        if not labels:
+            return ()
+        order = self._label_names.setdefault(name, tuple(labels))
+        known = tuple((label, str(labels[label])) for label in order if label in labels)
+        extra = tuple(sorted((k, str(v)) for k, v in labels.items() if k not in order))
+        return known + extra
+
+    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         with self._lock:
+            key = self._key(name, labels)
             series = self._counters.setdefault(name, {})
             series[key] = series.get(key, 0.0) + amount
         self._maybe_log()
+        return RECORDED
 
-    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> None:
-        key = _label_key(labels)
+    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> Awaitable[None]:
         with self._lock:
+            key = self._key(name, labels)
             series = self._histograms.setdefault(name, {})
             hist = series.get(key)
             if hist is None:
@@ -181,20 +283,39 @@ class ConsoleMetricsBackend(MetricsBackend):
                 )
             hist.observe(value)
         self._maybe_log()
+        return RECORDED
 
-    def snapshot(self) -> dict[str, Any]:
-        """Current aggregates: `{"counters": {name: {labels: value}}, "histograms": {name: {labels: summary}}}`."""
+    def snapshot(self, *, grouped: bool = False) -> dict[str, Any]:
+        """Current aggregates: `{"counters": {name: {labels: value}}, "histograms": {name: {labels: summary}}}`.
+
+        With `grouped=True`, label sets are grouped by `group_level` as the log lines are.
+        """
         with self._lock:
-            return {
-                "counters": {name: {_format_labels(k): v for k, v in s.items()} for name, s in self._counters.items()},
-                "histograms": {
-                    name: {_format_labels(k): h.summary() for k, h in s.items()} for name, s in self._histograms.items()
-                },
-            }
+            counters = {name: dict(series) for name, series in self._counters.items()}
+            histograms = {name: {k: h.summary() for k, h in s.items()} for name, s in self._histograms.items()}
+        result: dict[str, Any] = {"counters": {}, "histograms": {}}
+        for name, series in counters.items():
+            merged: dict[LabelKey, float] = {}
+            for key, value in series.items():
+                group = self._group_key(name, key) if grouped else key
+                merged[group] = merged.get(group, 0.0) + value
+            result["counters"][name] = {_format_labels(k): v for k, v in merged.items()}
+        for name, summaries in histograms.items():
+            buckets: dict[LabelKey, list[dict[str, float]]] = {}
+            for key, summary in summaries.items():
+                buckets.setdefault(self._group_key(name, key) if grouped else key, []).append(summary)
+            result["histograms"][name] = {_format_labels(k): _merged_summary(v) for k, v in buckets.items()}
+        return result
+
+    def _group_key(self, name: str, key: LabelKey) -> LabelKey:
+        level = self.group_level if self.group_level is not None else self._group_levels.get(name)
+        if level is None or level < 1:
+            return ()
+        return key[:level]
 
     def log_summary(self) -> None:
-        """Log every metric now."""
-        snap = self.snapshot()
+        """Log every metric now, label sets grouped by `group_level`."""
+        snap = self.snapshot(grouped=True)
         for name, series in snap["counters"].items():
             for labels, value in series.items():
                 self._logger.info("%s%s = %g", name, labels, value)
@@ -212,7 +333,7 @@ class ConsoleMetricsBackend(MetricsBackend):
         self.log_summary()
 
 
-def _format_labels(key: tuple[tuple[str, str], ...]) -> str:
+def _format_labels(key: LabelKey) -> str:
     if not key:
         return ""
     return "{" + ",".join(f"{k}={v}" for k, v in key) + "}"
@@ -248,29 +369,43 @@ class PrometheusMetricsBackend(MetricsBackend):
         with _COLLECTORS_LOCK:
             self._collectors = _COLLECTORS.setdefault(self.registry, {})
 
-    def register_counter(self, name: str, label_names: Sequence[str] = (), description: str = "") -> None:
-        self._get_or_create("counter", name, tuple(label_names), description, None)
+    def has_prometheus(self) -> bool:
+        return True
+
+    def register_counter(
+        self,
+        name: str,
+        label_names: Optional[Sequence[str]] = None,
+        group_level: Optional[int] = None,
+        *,
+        description: str = "",
+    ) -> None:
+        self._get_or_create("counter", name, tuple(label_names or ()), description, None)
 
     def register_histogram(
         self,
         name: str,
-        label_names: Sequence[str] = (),
+        label_names: Optional[Sequence[str]] = None,
         buckets: Optional[Sequence[float]] = None,
+        group_level: Optional[int] = None,
+        *,
         description: str = "",
     ) -> None:
-        self._get_or_create("histogram", name, tuple(label_names), description, buckets)
+        self._get_or_create("histogram", name, tuple(label_names or ()), description, buckets)
 
-    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> None:
+    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         collector = self._collectors.get(name)
         if collector is None:
             collector = self._get_or_create("counter", name, tuple(sorted(labels or ())), "", None)
         (collector.labels(**labels) if labels else collector).inc(amount)
+        return RECORDED
 
-    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> None:
+    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> Awaitable[None]:
         collector = self._collectors.get(name)
         if collector is None:
             collector = self._get_or_create("histogram", name, tuple(sorted(labels or ())), "", None)
         (collector.labels(**labels) if labels else collector).observe(value)
+        return RECORDED
 
     def _get_or_create(
         self,
@@ -309,27 +444,55 @@ class MultiMetricsBackend(MetricsBackend):
             raise ValueError("MultiMetricsBackend needs at least one backend")
         self.backends: tuple[MetricsBackend, ...] = tuple(backends)
 
-    def register_counter(self, name: str, label_names: Sequence[str] = (), description: str = "") -> None:
+    def has_prometheus(self) -> bool:
+        return any(backend.has_prometheus() for backend in self.backends)
+
+    def register_counter(
+        self,
+        name: str,
+        label_names: Optional[Sequence[str]] = None,
+        group_level: Optional[int] = None,
+        *,
+        description: str = "",
+    ) -> None:
         for backend in self.backends:
-            backend.register_counter(name, label_names, description)
+            _register(backend.register_counter, name, label_names, group_level, description)
 
     def register_histogram(
         self,
         name: str,
-        label_names: Sequence[str] = (),
+        label_names: Optional[Sequence[str]] = None,
         buckets: Optional[Sequence[float]] = None,
+        group_level: Optional[int] = None,
+        *,
         description: str = "",
     ) -> None:
         for backend in self.backends:
-            backend.register_histogram(name, label_names, buckets, description)
+            _register(
+                functools.partial(backend.register_histogram, buckets=buckets), name, label_names, group_level, description
+            )
 
-    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> None:
-        for backend in self.backends:
-            backend.inc_counter(name, amount, labels)
+    def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
+        return _combine([backend.inc_counter(name, amount, labels) for backend in self.backends])
 
-    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> None:
-        for backend in self.backends:
-            backend.observe_histogram(name, value, labels)
+    def observe_histogram(self, name: str, value: float, labels: Labels = None) -> Awaitable[None]:
+        return _combine([backend.observe_histogram(name, value, labels) for backend in self.backends])
+
+
+def _register(
+    method: Callable[..., None],
+    name: str,
+    label_names: Optional[Sequence[str]],
+    group_level: Optional[int],
+    description: str,
+) -> None:
+    """Call a backend's register method; v0.3-style backends take no `description`."""
+    try:
+        accepts_description = "description" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        accepts_description = False
+    extra = {"description": description} if accepts_description else {}
+    method(name, label_names=label_names, group_level=group_level, **extra)
 
 
 def find_prometheus_backend(tracker: Optional[MetricsBackend]) -> Optional[PrometheusMetricsBackend]:

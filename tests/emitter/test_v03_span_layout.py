@@ -54,7 +54,8 @@ def test_object_literals_are_text_with_the_type_name_as_v03() -> None:
         "agentlightning.object.json": '{"k": [1]}',
     }
     for value in ("text", 3, 2.5, False, b"raw", {"k": [1, None]}, [1, "x"]):
-        assert get_object_value(emit_object(value, propagate=False)) == value
+        core = emit_object(value, propagate=False)
+        assert get_object_value(_span(core.name, dict(core.attributes))) == value
 
 
 def _span(name: str, attributes: dict[str, Any]) -> Span:
@@ -131,7 +132,8 @@ async def test_operation_name_keyword_sets_the_operation_name_attribute(traced: 
     assert lookup.attributes["agentlightning.operation.input.limit"] == 3
     assert lookup.attributes["agentlightning.operation.output"] == ["x", "x", "x"]
     with pytest.raises(ValueError, match="both name="):
-        operation(name="a", **{"agentlightning.operation.name": "b"})
+        clashing: dict[str, Any] = {"agentlightning.operation.name": "b"}
+        operation(name="a", **clashing)
 
 
 def test_operation_context_has_v03_shape() -> None:
