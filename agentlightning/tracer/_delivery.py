@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.semconv import LightningResourceAttributes
 from agentlightning.types import Span
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ class TraceSession:
         assert store is not None
         rollout_id, attempt_id = self.rollout_id, self.attempt_id
         # Sequence id 0: the store numbers the batch itself, in order, within the same call.
-        spans = [Span.from_opentelemetry(item, rollout_id, attempt_id, 0) for item in batch]
+        spans = [self._to_span(item, 0) for item in batch]
         try:
             stored = await asyncio.wait_for(store.add_many_spans(spans), self._write_timeout)
         except Exception as exc:
@@ -243,11 +244,20 @@ class TraceSession:
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)
 
+    def _to_span(self, span: ReadableSpan, sequence_id: int) -> Span:
+        """The stored form of a finished span. With a store, its resource names the rollout and attempt
+        (`agentlightning.rollout_id` / `agentlightning.attempt_id`), as v0.3's OTLP export sets them."""
+        converted = Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, sequence_id)
+        if self.store is not None:
+            converted.resource.attributes[LightningResourceAttributes.ROLLOUT_ID.value] = self.rollout_id
+            converted.resource.attributes[LightningResourceAttributes.ATTEMPT_ID.value] = self.attempt_id
+        return converted
+
     def _convert_locally(self, span: ReadableSpan) -> Span:
         if self._spans:
             self._local_sequence = max(self._local_sequence, self._spans[-1].sequence_id)
         self._local_sequence += 1
-        return Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, self._local_sequence)
+        return self._to_span(span, self._local_sequence)
 
     async def _drain_finished(self) -> None:
         task = self._drain_task
@@ -304,7 +314,7 @@ class TraceSession:
         with self._lock:
             batch, self._pending = self._pending, []
             self._keeping = False
-        spans = [Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, 0) for item in batch]
+        spans = [self._to_span(item, 0) for item in batch]
         try:
             with _suppressed():
                 finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, [*spans, *extra])
@@ -347,7 +357,7 @@ class TraceSession:
             return spans
         sequence = max((s.sequence_id for s in spans), default=self._local_sequence)
         for offset, item in enumerate(pending, start=1):
-            spans.append(Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, sequence + offset))
+            spans.append(self._to_span(item, sequence + offset))
         return spans
 
 

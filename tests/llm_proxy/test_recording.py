@@ -279,3 +279,21 @@ async def test_a_call_for_a_rollout_the_store_does_not_know_still_answers_the_ag
     assert reply.choices[0].message.tool_calls is not None
     assert (await store.statistics()).get("total_spans") == 0
     assert "rollout 'ro-elsewhere'" in caplog.text
+
+
+async def test_an_openai_entry_goes_to_openai_base_url(
+    monkeypatch: pytest.MonkeyPatch,
+    make_proxy: Any,
+    backend: OpenAITestServer,
+    store: InMemoryLightningStore,
+    attempt: AttemptedRollout,
+):
+    monkeypatch.setenv("OPENAI_BASE_URL", backend.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+    proxy = await make_proxy([{"model_name": "policy", "litellm_params": {"model": f"openai/{backend.model}"}}])
+    client = routed_client(proxy, attempt)
+    answer = await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content
+    assert len(backend.requests) == 1 and backend.requests[0]["model"] == backend.model
+    (span,) = await llm_spans(store, attempt.rollout_id)
+    assert span.attributes["agentlightning.llm_proxy.api_base"] == backend.base_url.rstrip("/")

@@ -1,0 +1,33 @@
+"""Tracing behaviours v0.3 code relies on: resource ids of remotely stored spans, the span processor's shape."""
+
+from __future__ import annotations
+
+from agentlightning.emitter import emit_message
+from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.store_http.client import LightningStoreClient
+from agentlightning.store_http.server import LightningStoreServer
+from agentlightning.tracer.base import clear_active_tracer
+from agentlightning.tracer.otel import OtelTracer
+
+
+async def test_spans_sent_to_a_remote_store_name_their_rollout_and_attempt_in_the_resource() -> None:
+    inner = InMemoryLightningStore()
+    server = LightningStoreServer(inner, host="127.0.0.1", port=0)
+    await server.start()
+    client = LightningStoreClient(server.endpoint)
+    tracer = OtelTracer(instrument_openai=False)
+    try:
+        tracer.init_worker(0, client)
+        attempted = await client.start_rollout(input={"q": 1})
+        rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
+        async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id):
+            emit_message("hello")
+        (span,) = await client.query_spans(rollout_id)
+        assert span.resource.attributes["agentlightning.rollout_id"] == rollout_id
+        assert span.resource.attributes["agentlightning.attempt_id"] == attempt_id
+        assert tracer.get_last_trace()[0].resource.attributes["agentlightning.attempt_id"] == attempt_id
+    finally:
+        tracer.teardown_worker(0)
+        clear_active_tracer()
+        await client.close()
+        await server.stop()
