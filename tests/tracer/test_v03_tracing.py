@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import openai
+
 from agentlightning.emitter import emit_message
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.tracer.base import clear_active_tracer
 from agentlightning.tracer.otel import OtelTracer
+from tests.support.openai_server import OpenAITestServer
 
 
 async def test_spans_sent_to_a_remote_store_name_their_rollout_and_attempt_in_the_resource() -> None:
@@ -31,3 +34,19 @@ async def test_spans_sent_to_a_remote_store_name_their_rollout_and_attempt_in_th
         clear_active_tracer()
         await client.close()
         await server.stop()
+
+
+async def test_llm_spans_record_whether_the_request_streamed(
+    tracer: OtelTracer, store: InMemoryLightningStore, openai_server: OpenAITestServer
+) -> None:
+    client = openai.AsyncOpenAI(base_url=openai_server.base_url, api_key="test", max_retries=0)
+    attempted = await store.start_rollout(input="q")
+    async with tracer.trace_context(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id):
+        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "one"}])
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "two"}], stream=True
+        )
+        async for _ in stream:
+            pass
+    spans = [s for s in await store.query_spans(attempted.rollout_id) if s.name == "openai.chat.completion"]
+    assert [s.attributes["gen_ai.request.streaming"] for s in spans] == [False, True]
