@@ -244,6 +244,11 @@ class TraceSession:
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)
 
+    def keep_locally(self, span: ReadableSpan) -> None:
+        """Record a finished span in this trace without writing it to the store."""
+        with self._lock:
+            self._spans.append(self._convert_locally(span))
+
     def _to_span(self, span: ReadableSpan, sequence_id: int) -> Span:
         """The stored form of a finished span. With a store, its resource names the rollout and attempt
         (`agentlightning.rollout_id` / `agentlightning.attempt_id`), as v0.3's OTLP export sets them."""

@@ -64,15 +64,62 @@ class LightningSpanProcessor(SpanProcessor):
     session of this processor. Spans started outside every session are ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, disable_store_submission: bool = False) -> None:
         self._lock = threading.Lock()
         self._open: list[TraceSession] = []
         self._span_sessions: dict[int, TraceSession] = {}
         self._shutdown = False
+        self._disable_store_submission = disable_store_submission
+        self._last: Optional[TraceSession] = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(disable_store_submission={self.disable_store_submission}, "
+            f"store={self.store!r}, rollout_id={self.rollout_id!r}, attempt_id={self.attempt_id!r})"
+        )
+
+    # ---- v0.3's view: the innermost open trace context ----
+
+    @property
+    def disable_store_submission(self) -> bool:
+        """When True, finished spans are kept in the trace (`spans()`, `get_last_trace()`) but not written."""
+        return self._disable_store_submission
+
+    @disable_store_submission.setter
+    def disable_store_submission(self, value: bool) -> None:
+        self._disable_store_submission = bool(value)
+
+    def _current(self) -> Optional[TraceSession]:
+        current = _session_var.get()
+        if isinstance(current, TraceSession) and current.owner is self:
+            return current
+        return self._open[-1] if self._open else None
+
+    @property
+    def store(self) -> Optional[LightningStore]:
+        """The store spans of the open trace context go to (None outside one, or when tracing locally)."""
+        session = self._current()
+        return session.store if session is not None else None
+
+    @property
+    def rollout_id(self) -> Optional[str]:
+        session = self._current()
+        return session.rollout_id if session is not None and session.store is not None else None
+
+    @property
+    def attempt_id(self) -> Optional[str]:
+        session = self._current()
+        return session.attempt_id if session is not None and session.store is not None else None
+
+    def spans(self) -> list[Span]:
+        """Spans of the open trace context, or of the last one when none is open."""
+        session = self._current() or self._last
+        return session.get_spans() if session is not None else []
 
     def open_session(self, session: TraceSession) -> None:
         with self._lock:
             self._open = [*self._open, session]
+            self._last = session
 
     def close_session(self, session: TraceSession) -> None:
         """Stop routing spans to `session`; spans still open now are dropped when they end."""
@@ -106,7 +153,11 @@ class LightningSpanProcessor(SpanProcessor):
         if ctx is None:
             return
         session = self._span_sessions.pop(ctx.span_id, None)
-        if session is not None:
+        if session is None:
+            return
+        if self._disable_store_submission:
+            session.keep_locally(span)
+        else:
             session.submit(span)
 
     def shutdown(self) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import openai
 
-from agentlightning.emitter import emit_message
+from agentlightning.emitter import emit_message, get_message_value
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.tracer.base import clear_active_tracer
-from agentlightning.tracer.otel import OtelTracer
+from agentlightning.tracer.otel import LightningSpanProcessor, OtelTracer
 from tests.support.openai_server import OpenAITestServer
 
 
@@ -50,3 +50,22 @@ async def test_llm_spans_record_whether_the_request_streamed(
             pass
     spans = [s for s in await store.query_spans(attempted.rollout_id) if s.name == "openai.chat.completion"]
     assert [s.attributes["gen_ai.request.streaming"] for s in spans] == [False, True]
+
+
+async def test_lightning_span_processor_has_v03_shape(tracer: OtelTracer, store: InMemoryLightningStore) -> None:
+    processor = tracer.span_processor
+    assert isinstance(processor, LightningSpanProcessor)
+    assert (processor.store, processor.rollout_id, processor.attempt_id) == (None, None, None)
+    assert LightningSpanProcessor(disable_store_submission=True).disable_store_submission is True
+    attempted = await store.start_rollout(input="q")
+    rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
+    async with tracer.trace_context(rollout_id=rollout_id, attempt_id=attempt_id):
+        assert (processor.store, processor.rollout_id, processor.attempt_id) == (store, rollout_id, attempt_id)
+        assert f"rollout_id={rollout_id!r}" in repr(processor)
+        emit_message("stored")
+        processor.disable_store_submission = True
+        emit_message("kept locally")
+        processor.disable_store_submission = False
+    assert sorted(str(get_message_value(s)) for s in processor.spans()) == ["kept locally", "stored"]
+    assert [get_message_value(s) for s in await store.query_spans(rollout_id)] == ["stored"]
+    assert processor.rollout_id is None
