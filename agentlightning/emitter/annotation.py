@@ -93,7 +93,7 @@ class OperationContext:
         """The tracer spans go to: the active one (RuntimeError if none), or a DummyTracer with `propagate=False`."""
         return resolve_tracer(self.propagate, "operation")
 
-# ---- context manager ----
+    # ---- context manager ----
 
     def _open(self, attributes: Optional[Mapping[str, Any]] = None) -> OperationContext:
         if self._cm is not None:

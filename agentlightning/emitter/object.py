@@ -55,9 +55,7 @@ def emit_object(obj: Any, attributes: Optional[Mapping[str, Any]] = None, propag
     """Record a value as an `agentlightning.object` span (status OK); nested `attributes` are flattened."""
     span_attributes: Attributes = {**encode_object(obj), **extra_attributes(attributes)}
     tracer = resolve_tracer(propagate, "emit_object")
-    return log_emitted(
-        tracer.create_span(AGL_OBJECT, attributes=span_attributes, status=TraceStatus(status_code="OK"))
-    )
+    return log_emitted(tracer.create_span(AGL_OBJECT, attributes=span_attributes, status=TraceStatus(status_code="OK")))
 
 
 def get_object_value(span: SpanLike) -> Any:

@@ -93,9 +93,7 @@ class HttpMetricsMiddleware:
         self.app = app
         self.tracker = tracker
         tracker.register_counter("agl.http.total", ("method", "path", "status"), description="HTTP requests served")
-        tracker.register_histogram(
-            "agl.http.latency", ("method", "path", "status"), description="HTTP latency (s)"
-        )
+        tracker.register_histogram("agl.http.latency", ("method", "path", "status"), description="HTTP latency (s)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

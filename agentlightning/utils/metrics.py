@@ -7,12 +7,12 @@ first use when not registered explicitly, so callers can stay terse on hot paths
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 import time
 import weakref
-import functools
-import inspect
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -469,7 +469,11 @@ class MultiMetricsBackend(MetricsBackend):
     ) -> None:
         for backend in self.backends:
             _register(
-                functools.partial(backend.register_histogram, buckets=buckets), name, label_names, group_level, description
+                functools.partial(backend.register_histogram, buckets=buckets),
+                name,
+                label_names,
+                group_level,
+                description,
             )
 
     def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:

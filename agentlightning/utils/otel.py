@@ -385,7 +385,5 @@ def get_tracer(use_active_span_processor: bool = True) -> trace_api.Tracer:
     provider = get_tracer_provider(inspect=False)
     if use_active_span_processor:
         return provider.get_tracer("agentlightning")
-    detached = TracerProvider(
-        sampler=provider.sampler, resource=provider.resource, id_generator=provider.id_generator
-    )
+    detached = TracerProvider(sampler=provider.sampler, resource=provider.resource, id_generator=provider.id_generator)
     return detached.get_tracer("agentlightning")
