@@ -1,4 +1,7 @@
-"""A multi-turn tool-using agent through the proxy: exact token ids per call, one span per call, triplets.
+"""A multi-turn tool-using agent through the proxy: exact token ids per call, one call span per call, triplets.
+
+Each call span also has v0.3's `raw_gen_ai_request` child (see test_raw_request_span.py); `llm_spans`
+reads the call spans.
 
 The agent uses the real `openai.AsyncOpenAI` client pointed at the routed base URL the proxy hands out;
 the backend is the loopback server, whose toy tokenizer makes every expected token id computable.
@@ -146,6 +149,7 @@ async def test_both_triplet_adapters_make_one_triplet_per_call_with_the_reward_o
         report = adapter.last_report
         assert report is not None
         assert report.n_triplets == 3 and report.n_triplets_without_token_ids == 0
+        assert report.n_llm_spans == 3 and report.dropped == []  # the raw_gen_ai_request children are parts
         assert report.token_drift == []  # each prompt extends the previous prompt + response
         assert report.unmatched_rewards == []
 
