@@ -139,10 +139,13 @@ class TraceSession:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread_id: Optional[int] = None
         if self.store is not None:
-            if self.store.capabilities.get("thread_safe", False):
+            caller_loop = _running_loop()
+            if self.store.capabilities.get("thread_safe", False) or caller_loop is None:
+                # Opened from synchronous code (LightningSpanProcessor.with_context), there is no caller
+                # loop to write from: the delivery thread writes, as v0.3's processor did from its own loop.
                 self._loop = _delivery_thread.get_loop()
             else:
-                self._loop = asyncio.get_running_loop()
+                self._loop = caller_loop
                 self._loop_thread_id = threading.get_ident()
 
     # ---- hot path (any thread) ----
@@ -281,9 +284,7 @@ class TraceSession:
         """
         self._closed = True
         if self._loop is None:
-            with self._lock:
-                batch, self._pending = self._pending, []
-            self._spans.extend(self._convert_locally(item) for item in batch)
+            self.close_locally()
             return
         if keep_pending:
             with self._lock:
@@ -294,6 +295,25 @@ class TraceSession:
             with self._lock:
                 self._scheduled = False  # a span ending after the close arms a new timer
         await self._write_pending(take=not keep_pending)
+
+    def close_locally(self) -> None:
+        """`close()` of a session without a store: convert the pending spans (synchronous, nothing to write)."""
+        if self._loop is not None:
+            raise RuntimeError(f"the trace of rollout {self.rollout_id!r} writes to a store; await close() instead")
+        self._closed = True
+        with self._lock:
+            batch, self._pending = self._pending, []
+        self._spans.extend(self._convert_locally(item) for item in batch)
+
+    @property
+    def delivery_loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        """The loop spans are written from (None without a store)."""
+        return self._loop
+
+    @property
+    def writes_from_caller_loop(self) -> bool:
+        """Whether spans are written from the loop that opened the session (a store that is not thread-safe)."""
+        return self._loop_thread_id is not None
 
     async def flush(self) -> None:
         """Write the spans a `close(keep_pending=True)` kept, on their own (no status)."""
@@ -364,6 +384,13 @@ class TraceSession:
         for offset, item in enumerate(pending, start=1):
             spans.append(self._to_span(item, sequence + offset))
         return spans
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 @contextlib.contextmanager

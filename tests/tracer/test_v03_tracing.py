@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import openai
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import TracerProvider
 
 from agentlightning.emitter import emit_message, get_message_value
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.tracer.base import clear_active_tracer
-from agentlightning.tracer.otel import LightningSpanProcessor, OtelTracer
+from agentlightning.tracer.otel import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID, LightningSpanProcessor, OtelTracer
 from tests.support.openai_server import OpenAITestServer
 
 
@@ -69,3 +74,84 @@ async def test_lightning_span_processor_has_v03_shape(tracer: OtelTracer, store:
     assert sorted(str(get_message_value(s)) for s in processor.spans()) == ["kept locally", "stored"]
     assert [get_message_value(s) for s in await store.query_spans(rollout_id)] == ["stored"]
     assert processor.rollout_id is None
+
+
+# ---- LightningSpanProcessor used directly, as v0.3 allowed: with_context(...) and `with processor:` ----
+
+
+def _processor_and_tracer() -> tuple[LightningSpanProcessor, trace_api.Tracer]:
+    provider = TracerProvider()
+    processor = LightningSpanProcessor()
+    provider.add_span_processor(processor)
+    return processor, provider.get_tracer("v03-user-code")
+
+
+def _record(tracer: trace_api.Tracer) -> None:
+    with tracer.start_as_current_span("outer"):
+        with tracer.start_as_current_span("inner"):
+            pass
+
+
+@pytest.mark.parametrize("thread_safe", [False, True], ids=["plain-store", "thread-safe-store"])
+def test_with_context_writes_spans_to_the_store_from_synchronous_code(thread_safe: bool) -> None:
+    store = InMemoryLightningStore(thread_safe=thread_safe)
+    attempted = asyncio.run(store.start_rollout(input="q"))
+    rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
+    processor, tracer = _processor_and_tracer()
+    with processor.with_context(store=store, rollout_id=rollout_id, attempt_id=attempt_id) as entered:
+        assert entered is processor
+        assert (processor.store, processor.rollout_id, processor.attempt_id) == (store, rollout_id, attempt_id)
+        _record(tracer)
+    _record(tracer)  # outside every context: neither stored nor collected
+    assert (processor.store, processor.rollout_id, processor.attempt_id) == (None, None, None)
+    stored = asyncio.run(store.query_spans(rollout_id))
+    assert [(s.name, s.sequence_id, s.attempt_id) for s in stored] == [
+        ("inner", 1, attempt_id),
+        ("outer", 2, attempt_id),
+    ]
+    assert [s.span_id for s in processor.spans()] == [s.span_id for s in stored]
+
+
+async def test_with_context_in_async_code_writes_spans_on_leaving() -> None:
+    store = InMemoryLightningStore()  # not thread-safe: written from this loop
+    attempted = await store.start_rollout(input="q")
+    rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
+    processor, tracer = _processor_and_tracer()
+    async with processor.with_context(store=store, rollout_id=rollout_id, attempt_id=attempt_id):
+        _record(tracer)
+    assert [s.name for s in await store.query_spans(rollout_id)] == ["inner", "outer"]
+    # A plain `with` inside a running loop cannot block it: the spans are written once the loop runs again.
+    context = processor.with_context(store=store, rollout_id=rollout_id, attempt_id=attempt_id)
+    with context:
+        with tracer.start_as_current_span("second"):
+            pass
+    await context.wait_closed()
+    assert [s.name for s in await store.query_spans(rollout_id)] == ["inner", "outer", "second"]
+    assert [s.name for s in processor.spans()] == ["second"]  # each context starts a fresh list
+
+
+def test_the_processor_as_a_context_manager_traces_locally() -> None:
+    processor, tracer = _processor_and_tracer()
+    with processor as entered:
+        assert entered is processor and processor.store is None
+        _record(tracer)
+    assert [(s.name, s.rollout_id, s.attempt_id) for s in processor.spans()] == [
+        ("inner", DUMMY_ROLLOUT_ID, DUMMY_ATTEMPT_ID),
+        ("outer", DUMMY_ROLLOUT_ID, DUMMY_ATTEMPT_ID),
+    ]
+    with processor:
+        assert processor.spans() == []  # entering starts a fresh trace
+        with tracer.start_as_current_span("again"):
+            pass
+    assert [s.name for s in processor.spans()] == ["again"]
+
+
+def test_with_context_refuses_a_missing_store_or_ids() -> None:
+    processor = LightningSpanProcessor()
+    store = InMemoryLightningStore()
+    with pytest.raises(ValueError, match="store"):
+        processor.with_context(store=None, rollout_id="ro-1", attempt_id="at-1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rollout_id"):
+        processor.with_context(store=store, rollout_id="", attempt_id="at-1")
+    with pytest.raises(ValueError, match="attempt_id"):
+        processor.with_context(store=store, rollout_id="ro-1", attempt_id=None)  # type: ignore[arg-type]
