@@ -13,9 +13,10 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, Optional, Union
+
+from .metric_windows import Histogram, RateWindow, WindowedHistogram, histogram_entry, merged_summary, rate_entry
 
 __all__ = [
     "MetricsBackend",
@@ -109,84 +110,18 @@ class MetricsBackend:
         raise NotImplementedError(f"{type(self).__name__} does not implement observe_histogram")
 
 
-class _Histogram:
-    __slots__ = ("count", "total", "minimum", "maximum")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.total = 0.0
-        self.minimum = float("inf")
-        self.maximum = float("-inf")
-
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
-
-    def summary(self) -> dict[str, float]:
-        if self.count == 0:
-            return {"count": 0, "sum": 0.0, "mean": 0.0, "min": 0.0, "max": 0.0}
-        return {
-            "count": self.count,
-            "sum": self.total,
-            "mean": self.total / self.count,
-            "min": self.minimum,
-            "max": self.maximum,
-        }
-
-
-class _WindowedHistogram:
-    """Observations of the last `window_seconds` only (older ones are forgotten as time passes)."""
-
-    __slots__ = ("window_seconds", "clock", "samples")
-
-    def __init__(self, window_seconds: float, clock: Callable[[], float]) -> None:
-        self.window_seconds = window_seconds
-        self.clock = clock
-        self.samples: deque[tuple[float, float]] = deque()
-
-    def _prune(self, now: float) -> None:
-        horizon = now - self.window_seconds
-        while self.samples and self.samples[0][0] < horizon:
-            self.samples.popleft()
-
-    def observe(self, value: float) -> None:
-        now = self.clock()
-        self.samples.append((now, value))
-        self._prune(now)
-
-    def summary(self) -> dict[str, float]:
-        self._prune(self.clock())
-        window = _Histogram()
-        for _, value in self.samples:
-            window.observe(value)
-        return window.summary()
-
-
-def _merged_summary(summaries: Sequence[dict[str, float]]) -> dict[str, float]:
-    count = sum(int(item["count"]) for item in summaries)
-    if count == 0:
-        return {"count": 0, "sum": 0.0, "mean": 0.0, "min": 0.0, "max": 0.0}
-    total = sum(item["sum"] for item in summaries)
-    filled = [item for item in summaries if item["count"]]
-    return {
-        "count": count,
-        "sum": total,
-        "mean": total / count,
-        "min": min(item["min"] for item in filled),
-        "max": max(item["max"] for item in filled),
-    }
-
-
 LabelKey = tuple[tuple[str, str], ...]
 
 
 class ConsoleMetricsBackend(MetricsBackend):
-    """Aggregates metrics in memory and logs a summary at most every `log_interval_seconds` (v0.3's signature).
+    """Aggregates metrics in memory and logs them at most every `log_interval_seconds` (v0.3's signature).
 
-    Counters are totals since start. Histograms summarise the observations of the last `window_seconds`
-    (all of them with `window_seconds=None`). `snapshot()` returns the aggregates per label set.
+    As v0.3, the first metric event logs at once and later ones log when the interval has passed: one INFO
+    line on the `agentlightning.utils.metrics` logger, entries sorted and separated by two spaces, a counter
+    as its rate over the last `window_seconds` (`agl.http.total{method=GET}=12.50/s`) and a histogram as
+    P50,P95,P99 durations (`agl.http.latency=4.10ms,9.80ms,12.00ms`); see `metric_windows`.
+    `snapshot()` returns the aggregates per label set: counters as totals since start, histograms as
+    count/sum/mean/min/max of the observations of the last `window_seconds` (all of them with None).
 
     Label grouping, as v0.3: when logging, each label set is cut to its first `group_level` labels (in
     the order the metric was registered with, or first used with) and series sharing what is left are
@@ -201,7 +136,7 @@ class ConsoleMetricsBackend(MetricsBackend):
         log_interval_seconds: float = 10.0,
         group_level: Optional[int] = None,
         *,
-        logger_name: str = "agentlightning.metrics",
+        logger_name: str = __name__,
         clock: Optional[Callable[[], float]] = None,
     ) -> None:
         if isinstance(log_interval_seconds, bool) or not log_interval_seconds >= 0:
@@ -219,8 +154,9 @@ class ConsoleMetricsBackend(MetricsBackend):
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._group_levels: dict[str, Optional[int]] = {}
         self._counters: dict[str, dict[LabelKey, float]] = {}
-        self._histograms: dict[str, dict[LabelKey, Union[_Histogram, _WindowedHistogram]]] = {}
-        self._last_log = self._clock()
+        self._rates: dict[str, dict[LabelKey, RateWindow]] = {}
+        self._histograms: dict[str, dict[LabelKey, Union[Histogram, WindowedHistogram]]] = {}
+        self._last_log: Optional[float] = None
 
     def _declare(self, name: str, label_names: Optional[Sequence[str]], group_level: Optional[int]) -> None:
         if label_names is not None:
@@ -267,6 +203,11 @@ class ConsoleMetricsBackend(MetricsBackend):
             key = self._key(name, labels)
             series = self._counters.setdefault(name, {})
             series[key] = series.get(key, 0.0) + amount
+            rates = self._rates.setdefault(name, {})
+            window = rates.get(key)
+            if window is None:
+                window = rates[key] = RateWindow(self.window_seconds, self._clock)
+            window.add(amount)
         self._maybe_log()
         return RECORDED
 
@@ -277,9 +218,7 @@ class ConsoleMetricsBackend(MetricsBackend):
             hist = series.get(key)
             if hist is None:
                 hist = series[key] = (
-                    _Histogram()
-                    if self.window_seconds is None
-                    else _WindowedHistogram(self.window_seconds, self._clock)
+                    Histogram() if self.window_seconds is None else WindowedHistogram(self.window_seconds, self._clock)
                 )
             hist.observe(value)
         self._maybe_log()
@@ -304,7 +243,7 @@ class ConsoleMetricsBackend(MetricsBackend):
             buckets: dict[LabelKey, list[dict[str, float]]] = {}
             for key, summary in summaries.items():
                 buckets.setdefault(self._group_key(name, key) if grouped else key, []).append(summary)
-            result["histograms"][name] = {_format_labels(k): _merged_summary(v) for k, v in buckets.items()}
+            result["histograms"][name] = {_format_labels(k): merged_summary(v) for k, v in buckets.items()}
         return result
 
     def _group_key(self, name: str, key: LabelKey) -> LabelKey:
@@ -314,22 +253,36 @@ class ConsoleMetricsBackend(MetricsBackend):
         return key[:level]
 
     def log_summary(self) -> None:
-        """Log every metric now, label sets grouped by `group_level`."""
-        snap = self.snapshot(grouped=True)
-        for name, series in snap["counters"].items():
-            for labels, value in series.items():
-                self._logger.info("%s%s = %g", name, labels, value)
-        for name, series in snap["histograms"].items():
-            for labels, s in series.items():
-                self._logger.info(
-                    "%s%s count=%d mean=%.6g min=%.6g max=%.6g", name, labels, s["count"], s["mean"], s["min"], s["max"]
-                )
+        """Log every metric now, in one line (v0.3's format), label sets grouped by `group_level`."""
+        now = self._clock()
+        with self._lock:
+            rates = {name: [(k, w.events()) for k, w in series.items()] for name, series in self._rates.items()}
+            values = {name: [(k, h.values()) for k, h in series.items()] for name, series in self._histograms.items()}
+        entries: list[str] = []
+        for name, counted in rates.items():
+            grouped: dict[LabelKey, list[tuple[float, float]]] = {}
+            for key, events in counted:
+                if events is not None:
+                    grouped.setdefault(self._group_key(name, key), []).append(events)
+            for key, group in grouped.items():
+                label = name + _format_labels(key)
+                entries.append(rate_entry(label, group, now, self.window_seconds, self.log_interval_seconds))
+        for name, observed in values.items():
+            samples: dict[LabelKey, list[float]] = {}
+            for key, recent in observed:
+                if recent:
+                    samples.setdefault(self._group_key(name, key), []).extend(recent)
+            entries.extend(histogram_entry(name + _format_labels(key), group) for key, group in samples.items())
+        if entries:
+            entries.sort()
+            self._logger.info("  ".join(entries))
 
     def _maybe_log(self) -> None:
         now = self._clock()
-        if now - self._last_log < self.log_interval_seconds:
-            return
-        self._last_log = now
+        with self._lock:
+            if self._last_log is not None and now - self._last_log < self.log_interval_seconds:
+                return
+            self._last_log = now
         self.log_summary()
 
 

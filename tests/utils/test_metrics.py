@@ -17,6 +17,8 @@ from agentlightning.utils.metrics import (
     find_prometheus_backend,
 )
 
+LOGGER = "agentlightning.utils.metrics"  # v0.3's logger name
+
 
 def test_console_backend_aggregates_per_label_set(caplog: pytest.LogCaptureFixture) -> None:
     console = ConsoleMetricsBackend(log_interval_seconds=3600, group_level=1)
@@ -31,16 +33,60 @@ def test_console_backend_aggregates_per_label_set(caplog: pytest.LogCaptureFixtu
     summary = snapshot["histograms"]["agl.rollouts.duration"]["{method=enqueue}"]
     assert summary["count"] == 2 and summary["min"] == 0.1 and summary["max"] == 0.3
     assert summary["mean"] == pytest.approx(0.2)
-    with caplog.at_level(logging.INFO, logger="agentlightning.metrics"):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         console.log_summary()
-    assert "agl.rollouts.total{method=enqueue} = 3" in caplog.text
+    assert "agl.rollouts.total{method=enqueue}=" in caplog.text  # a rate (see the v0.3 format test)
 
 
 def test_console_backend_logs_on_its_interval(caplog: pytest.LogCaptureFixture) -> None:
-    console = ConsoleMetricsBackend(log_interval_seconds=0)
-    with caplog.at_level(logging.INFO, logger="agentlightning.metrics"):
+    now = [50.0]
+    console = ConsoleMetricsBackend(log_interval_seconds=0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         console.inc_counter("agl.http.total")
-    assert "agl.http.total = 1" in caplog.text
+        now[0] += 2
+        console.inc_counter("agl.http.total")
+    assert caplog.messages == ["agl.http.total=1000.00/s", "agl.http.total=1.00/s"]
+
+
+def test_console_backend_logs_rates_and_percentiles_as_v03(caplog: pytest.LogCaptureFixture) -> None:
+    """v0.3's log: the first event logs at once, then at most every interval; one line, entries sorted and
+    two spaces apart, counters as rates over the window and histograms as P50,P95,P99 durations."""
+    now = [1000.0]
+    console = ConsoleMetricsBackend(window_seconds=60, log_interval_seconds=10, group_level=1, clock=lambda: now[0])
+    console.register_counter("agl.http.total", ["method", "path"])
+    console.register_histogram("agl.http.latency", ["method", "path"])
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        console.inc_counter("agl.http.total", labels={"method": "GET", "path": "/a"})
+        assert caplog.messages == ["agl.http.total{method=GET}=0.10/s"]  # 1 event over at least the interval
+        now[0] = 1005.0
+        for _ in range(4):
+            console.inc_counter("agl.http.total", labels={"method": "GET", "path": "/b"})
+        console.inc_counter("agl.http.total", labels={"method": "POST", "path": "/a"})
+        for i in range(1, 12):
+            console.observe_histogram("agl.http.latency", i / 1000, labels={"method": "GET", "path": f"/{i % 2}"})
+        assert len(caplog.messages) == 1  # the interval has not passed
+        now[0] = 1010.0
+        console.inc_counter("agl.http.total", labels={"method": "POST", "path": "/b"})
+        assert caplog.messages[1] == (
+            "agl.http.latency{method=GET}=6.00ms,10.50ms,10.90ms  "
+            "agl.http.total{method=GET}=0.50/s  agl.http.total{method=POST}=0.20/s"
+        )
+        now[0] = 1100.0  # everything above left the 60 s window
+        console.inc_counter("agl.http.total", labels={"method": "GET", "path": "/a"})
+    assert caplog.messages[2] == "agl.http.total{method=GET}=0.10/s"
+    assert console.snapshot(grouped=True)["counters"]["agl.http.total"] == {"{method=GET}": 6.0, "{method=POST}": 2.0}
+
+
+def test_console_backend_without_a_window_rates_since_the_first_event(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    console = ConsoleMetricsBackend(window_seconds=None, log_interval_seconds=1, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        console.observe_histogram("step.seconds", 2.0)
+        now[0] = 100.0
+        console.inc_counter("steps", 50)  # first counter event at t=100
+        now[0] = 200.0
+        console.observe_histogram("step.seconds", 4.0)
+    assert caplog.messages[-1] == "step.seconds=3.00s,3.90s,3.98s  steps=0.50/s"
 
 
 def test_prometheus_backend_exposes_dotted_names_with_underscores() -> None:
@@ -111,9 +157,10 @@ def test_console_backend_takes_v03_positional_arguments_and_group_level(caplog: 
         "{method=POST,path=/a}": 1.0,
     }
     assert console.snapshot(grouped=True)["counters"]["agl.http.total"] == {"{method=GET}": 2.0, "{method=POST}": 1.0}
-    with caplog.at_level(logging.INFO, logger="agentlightning.metrics"):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         console.log_summary()
-    assert "agl.http.total{method=GET} = 2" in caplog.text
+    assert "agl.http.total{method=GET}=" in caplog.text and "agl.http.total{method=POST}=" in caplog.text
+    assert "path=" not in caplog.text
 
 
 def test_group_level_none_collapses_label_sets_and_per_metric_levels_apply() -> None:
