@@ -256,7 +256,8 @@ class TraceTree:
         llm_call_match: str = DEFAULT_LLM_CALL_MATCH,
         agent_match: Optional[str] = None,
         exclude_llm_call_in_reward: bool = True,
-        reward_match: RewardMatchPolicy = RewardMatchPolicy.FIRST_OCCURRENCE,
+        dedup_llm_call: bool = True,
+        reward_match: Union[RewardMatchPolicy, str] = RewardMatchPolicy.FIRST_OCCURRENCE,
         final_reward: Optional[float] = None,
         _skip_empty_token_spans: bool = False,
         *,
@@ -265,8 +266,16 @@ class TraceTree:
     ) -> list[Triplet]:
         """One triplet per LLM call, rewards matched per `reward_match`; `final_reward` overrides the last one.
 
-        Pass a `report` to learn which LLM-looking spans were merged or left out, and why.
+        The parameters are v0.3's, in v0.3's order. Spans of one call (nested, or repeating its response
+        id) are always merged: `dedup_llm_call=False` raises `ValueError`. Pass a `report` to learn which
+        LLM-looking spans were merged or left out, and why.
         """
+        if not dedup_llm_call:
+            raise ValueError(
+                "dedup_llm_call=False is not supported: one LLM call seen by several spans (a framework span "
+                "around the client's span, the proxy's raw_gen_ai_request) would become several triplets and be "
+                "trained on more than once; spans of one call are always merged into one triplet"
+            )
         report = report if report is not None else AdaptationReport(adapter="TraceTree")
         matcher = LlmCallMatcher(
             llm_call_match=llm_call_match,
@@ -277,7 +286,7 @@ class TraceTree:
         calls = find_llm_calls(self, matcher, report)
         if _skip_empty_token_spans:
             calls = drop_calls_without_token_ids(calls, report)
-        match_rewards(self, calls, reward_match, report)
+        match_rewards(self, calls, RewardMatchPolicy(reward_match), report)
         triplets = [call.to_triplet() for call in calls]
         if final_reward is not None and triplets:
             triplets[-1].reward = final_reward

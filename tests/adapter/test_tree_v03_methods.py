@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agentlightning.adapter.triplet import RewardMatchPolicy, TraceTree
 from agentlightning.semconv import AGL_OPERATION, AGL_REWARD, LightningSpanAttributes
 
@@ -111,3 +113,13 @@ def test_span_to_triplet_reads_one_call_span() -> None:
     assert triplet.reward is None
     assert triplet.metadata["response_id"] == "r1" and triplet.metadata["agent_name"] == "planner"
     assert triplet.metadata["request"]["model"] == "test-model"
+
+
+def test_to_trajectory_takes_v03_positional_arguments() -> None:
+    tree, _ = _tree()
+    # v0.3's order: llm_call_match, agent_match, exclude_llm_call_in_reward, dedup_llm_call, reward_match, final_reward
+    triplets = tree.to_trajectory(r"openai\.chat\.completion", None, True, True, "first_occurrence", 2.0)
+    assert [t.metadata["response_id"] for t in triplets] == ["r1", "r2"]
+    assert [t.reward for t in triplets] == [0.5, 2.0]
+    with pytest.raises(ValueError, match="dedup_llm_call=False"):
+        tree.to_trajectory(dedup_llm_call=False)
