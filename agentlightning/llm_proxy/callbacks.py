@@ -1,7 +1,7 @@
 """Callbacks: per-LLM-call hooks that adjust the forwarded request and act on the finished call.
 
 Aliases accepted by `LLMProxy(callbacks=[...])`: `return_token_ids` (default), `opentelemetry` (default;
-records each call as a span in the store), `logprobs`.
+records each call as a span, with its `raw_gen_ai_request` child, in the store), `logprobs`.
 """
 
 from __future__ import annotations
