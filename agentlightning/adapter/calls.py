@@ -241,7 +241,10 @@ def drop_calls_without_token_ids(calls: Sequence[LlmCall], report: AdaptationRep
             continue
         anchor_id = call.span.span_id
         report.dropped = [entry for entry in report.dropped if entry.merged_into != anchor_id]
+        member_ids = {member.span_id for member in call.members}
         for member in call.members:
+            if member.name == RAW_GEN_AI_REQUEST and member.parent_id in member_ids:
+                continue  # the raw payload of another member: not an LLM span of its own
             _drop(report, member, "no_token_ids", "no prompt or response token ids (_skip_empty_token_spans=True)")
     return kept
 

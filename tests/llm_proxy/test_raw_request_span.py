@@ -96,3 +96,20 @@ async def test_record_raw_request_false_records_the_call_span_alone(
     proxy = await make_proxy([model_entry("policy", backend)], callbacks=callbacks)
     await routed_client(proxy, attempt).chat.completions.create(model="policy", messages=HI)
     assert [s.name for s in await store.query_spans(attempt.rollout_id)] == ["openai.chat.completion"]
+
+
+async def test_a_call_without_token_ids_is_dropped_once_with_its_raw_span(
+    make_proxy: Any, backend: OpenAITestServer, store: InMemoryLightningStore, attempt: AttemptedRollout
+) -> None:
+    proxy = await make_proxy([model_entry("policy", backend)], callbacks=["opentelemetry"])  # no token ids asked
+    await routed_client(proxy, attempt).chat.completions.create(model="policy", messages=HI)
+    spans = list(await store.query_spans(attempt.rollout_id))
+    (call,) = call_spans(spans)
+    for adapter in (
+        TracerTraceToTriplet(_skip_empty_token_spans=True),
+        LlmProxyTraceToTriplet(_skip_empty_token_spans=True),
+    ):
+        triplets, report = adapter.adapt_with_report(spans)
+        assert triplets == []
+        assert [(d.span_id, d.reason) for d in report.dropped] == [(call.span_id, "no_token_ids")]
+        assert report.n_llm_spans == report.n_triplets + len(report.dropped) == 1
