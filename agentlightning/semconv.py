@@ -19,6 +19,7 @@ __all__ = [
     "AGL_ORIGINAL_SPAN_BYTES",
     "AGL_EXCEPTION_SUMMARY",
     "AGL_RUN",
+    "RAW_GEN_AI_REQUEST",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "RewardAttributes",
@@ -49,6 +50,10 @@ AGL_EXCEPTION_SUMMARY = "agentlightning.exception.summary"
 # Rollout metadata key: the `fit`/`dev` run that created the rollout (`<script> <start time>` by default), so
 # a store shared by several runs (and its dashboard) can keep them apart.
 AGL_RUN = "agl_run"
+
+RAW_GEN_AI_REQUEST = "raw_gen_ai_request"
+"""LiteLLM's raw request span (the provider payload as `llm.<provider>.<key>`), child of the call's span; the
+LLM proxy records it too, as v0.3 did. Readers fold it into its parent call (it is not a second call)."""
 
 PROMPT_TOKEN_IDS = "prompt_token_ids"
 RESPONSE_TOKEN_IDS = "response_token_ids"

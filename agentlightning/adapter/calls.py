@@ -13,7 +13,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, Optional, Protocol
 
-from agentlightning.semconv import AGL_REWARD
+from agentlightning.semconv import AGL_REWARD, RAW_GEN_AI_REQUEST
 from agentlightning.types import Span, Triplet
 from agentlightning.utils.rewards import get_reward_value, get_rewards_from_span, is_reward_span
 
@@ -205,6 +205,12 @@ def _visit_llm_candidate(
 ) -> _Context:
     """Classify one span; returns the context for its children (the call they belong to, if any)."""
     span = node.span
+    if _is_raw_request_part(node, matcher):
+        # LiteLLM's / the proxy's raw payload of the call its parent span records: part of that call, not
+        # a second one (and not reported again when that call was left out).
+        if context.call is not None:
+            context.call.members.append(span)
+        return context
     by_name = matcher.name_matches(span)
     by_attributes = looks_like_llm_call(span)
     if not by_name and not by_attributes:
@@ -247,6 +253,14 @@ def _visit_llm_candidate(
     return replace(context, call=call)
 
 
+def _is_raw_request_part(node: TraceTree, matcher: LlmCallMatcher) -> bool:
+    """A `raw_gen_ai_request` span directly under an LLM-call span (v0.3's LiteLLM / LLM proxy shape)."""
+    parent = node.parent
+    if node.span.name != RAW_GEN_AI_REQUEST or parent is None or parent.synthetic:
+        return False
+    return matcher.name_matches(parent.span) or looks_like_llm_call(parent.span)
+
+
 def drop_calls_without_token_ids(calls: Sequence[LlmCall], report: AdaptationReport) -> list[LlmCall]:
     """Keep calls with both prompt and response token ids; every span of a dropped call is reported
     as `no_token_ids` (replacing its earlier merge entry)."""
@@ -257,7 +271,10 @@ def drop_calls_without_token_ids(calls: Sequence[LlmCall], report: AdaptationRep
             continue
         anchor_id = call.span.span_id
         report.dropped = [entry for entry in report.dropped if entry.merged_into != anchor_id]
+        member_ids = {member.span_id for member in call.members}
         for member in call.members:
+            if member.name == RAW_GEN_AI_REQUEST and member.parent_id in member_ids:
+                continue  # the raw payload of another member: not an LLM span of its own
             _drop(report, member, "no_token_ids", "no prompt or response token ids (_skip_empty_token_spans=True)")
     return kept
 

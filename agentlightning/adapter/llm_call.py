@@ -136,4 +136,8 @@ def agent_name_of(span: Span) -> Optional[str]:
         )
         if isinstance(name, str) and name:
             return name
+    if span.name.startswith("langchain.Chain."):  # Weave-converted LangChain chain
+        name = attributes.get("lc_name")
+        if isinstance(name, str) and name:
+            return name
     return None

@@ -23,6 +23,14 @@ from .calls import (
 )
 from .llm_call import DEFAULT_LLM_CALL_MATCH
 from .report import AdaptationReport
+from .tree_readers import (
+    prompt_image_urls,
+    span_agent_name,
+    span_is_reward,
+    span_reward_dict,
+    span_to_triplet,
+    tree_to_json,
+)
 
 __all__ = ["TraceTree", "VIRTUAL_ROOT_ID"]
 
@@ -132,13 +140,21 @@ class TraceTree:
 
     # ---- traversal ----
 
-    def traverse(self) -> Iterator[TraceTree]:
-        """Pre-order, depth-first; iterative so deep traces cannot overflow the stack."""
+    def traverse(self) -> list[TraceTree]:
+        """Every node, pre-order depth-first (a list, as v0.3); iterative so deep traces cannot overflow the stack."""
+        return list(self.iter_nodes())
+
+    def iter_nodes(self) -> Iterator[TraceTree]:
+        """`traverse()` lazily."""
         stack: list[TraceTree] = [self]
         while stack:
             node = stack.pop()
             yield node
             stack.extend(reversed(node.children))
+
+    def find_id(self, id: str) -> Optional[TraceTree]:
+        """The node whose id (span id) is `id`, or None."""
+        return next((node for node in self.iter_nodes() if node.id == id), None)
 
     def ancestors(self) -> Iterator[TraceTree]:
         node = self.parent
@@ -147,8 +163,51 @@ class TraceTree:
             node = node.parent
 
     def names_tuple(self) -> tuple[str, list[Any]]:
-        """`(name, [children...])` recursively: handy to compare tree shapes."""
-        return (self.span.name, [child.names_tuple() for child in self.children])
+        """`(name, [children...])` recursively, an agent span's name followed by ` [<agent name>]` (as v0.3)."""
+        agent_name = self.agent_name()
+        name = self.span.name if agent_name is None else f"{self.span.name} [{agent_name}]"
+        return (name, [child.names_tuple() for child in self.children])
+
+    # ---- v0.3's readers of one node ----
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"id", "span": span.model_dump(), "children": [...]}` recursively (JSON-serialisable)."""
+        return tree_to_json(self)
+
+    def agent_name(self) -> Optional[str]:
+        """The agent this span represents (OpenAI Agents SDK, AgentOps, AutoGen, LangGraph, Weave...), or None."""
+        return None if self.synthetic else span_agent_name(self.span)
+
+    def maybe_reward_dict(self) -> dict[str, Any]:
+        """`{"type": "reward", "value": <float>}` when the span carries a reward, else `{}`."""
+        return span_reward_dict(self.span)
+
+    def is_reward_span(self) -> bool:
+        """Whether the span records a reward (a reward value, or a `@reward` operation span)."""
+        return span_is_reward(self.span)
+
+    def extract_prompt_image_urls(self, prompt_raw_content: Any) -> list[str]:
+        """Image URLs of the `image_url` parts of prompt messages, in order of appearance."""
+        return prompt_image_urls(prompt_raw_content)
+
+    def span_to_triplet(self, span: Span, agent_name: str) -> Triplet:
+        """One LLM-call span as a triplet (token ids, raw messages, image URLs, logprobs; reward None).
+
+        Subclasses may override it to add fields, as in v0.3.
+        """
+        return span_to_triplet(span, agent_name)
+
+    def match_rewards(self, reward_match: str, llm_calls: list[TraceTree]) -> dict[str, Optional[float]]:
+        """Rewards of this tree given to `llm_calls` per `reward_match` (a `RewardMatchPolicy` value).
+
+        Returns `{call node id: reward}` for the calls that received one (the rule `to_trajectory` uses).
+        """
+        calls = [
+            LlmCall(anchor=node, members=[node.span], response_id=None, agent_name=node.agent_name() or "")
+            for node in llm_calls
+        ]
+        match_rewards(self, calls, RewardMatchPolicy(reward_match), AdaptationReport(adapter="TraceTree"))
+        return {call.anchor.id: call.reward for call in calls if call.reward is not None}
 
     # ---- repair ----
 
@@ -197,7 +256,8 @@ class TraceTree:
         llm_call_match: str = DEFAULT_LLM_CALL_MATCH,
         agent_match: Optional[str] = None,
         exclude_llm_call_in_reward: bool = True,
-        reward_match: RewardMatchPolicy = RewardMatchPolicy.FIRST_OCCURRENCE,
+        dedup_llm_call: bool = True,
+        reward_match: Union[RewardMatchPolicy, str] = RewardMatchPolicy.FIRST_OCCURRENCE,
         final_reward: Optional[float] = None,
         _skip_empty_token_spans: bool = False,
         *,
@@ -206,8 +266,16 @@ class TraceTree:
     ) -> list[Triplet]:
         """One triplet per LLM call, rewards matched per `reward_match`; `final_reward` overrides the last one.
 
-        Pass a `report` to learn which LLM-looking spans were merged or left out, and why.
+        The parameters are v0.3's, in v0.3's order. Spans of one call (nested, or repeating its response
+        id) are always merged: `dedup_llm_call=False` raises `ValueError`. Pass a `report` to learn which
+        LLM-looking spans were merged or left out, and why.
         """
+        if not dedup_llm_call:
+            raise ValueError(
+                "dedup_llm_call=False is not supported: one LLM call seen by several spans (a framework span "
+                "around the client's span, the proxy's raw_gen_ai_request) would become several triplets and be "
+                "trained on more than once; spans of one call are always merged into one triplet"
+            )
         report = report if report is not None else AdaptationReport(adapter="TraceTree")
         matcher = LlmCallMatcher(
             llm_call_match=llm_call_match,
@@ -218,7 +286,7 @@ class TraceTree:
         calls = find_llm_calls(self, matcher, report)
         if _skip_empty_token_spans:
             calls = drop_calls_without_token_ids(calls, report)
-        match_rewards(self, calls, reward_match, report)
+        match_rewards(self, calls, RewardMatchPolicy(reward_match), report)
         triplets = [call.to_triplet() for call in calls]
         if final_reward is not None and triplets:
             triplets[-1].reward = final_reward

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.semconv import RAW_GEN_AI_REQUEST
 from agentlightning.types import Span, Triplet
 
 from .base import DUMMY_ROLLOUT_ID, TraceAdapter, normalize_spans
@@ -174,12 +175,14 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
         candidates = [
             span for _, span in ordered if re.search(self.llm_call_match, span.name) or looks_like_llm_call(span)
         ]
-        report.n_llm_spans += len(candidates)
-        calls = self._group_calls(candidates, report)
+        candidate_ids = {span.span_id for span in candidates}
+        # A raw_gen_ai_request under its call's span is part of that call, not another LLM span.
+        raw_parts = {s.span_id for s in candidates if s.name == RAW_GEN_AI_REQUEST and s.parent_id in candidate_ids}
+        report.n_llm_spans += len(candidates) - len(raw_parts)
+        calls = self._group_calls(candidates, report, raw_parts)
         calls = _drop_bare_litellm_requests(calls, report)
         if self._skip_empty_token_spans:
             calls = drop_calls_without_token_ids(calls, report)
-        candidate_ids = {span.span_id for span in candidates}
         for _, span in ordered:
             if span.span_id in candidate_ids:
                 continue
@@ -210,8 +213,11 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
         return triplets, report
 
     @staticmethod
-    def _group_calls(candidates: list[Span], report: AdaptationReport) -> list[LlmCall]:
-        """Union spans of the same request: same sequence id, parent/child, or same response id."""
+    def _group_calls(candidates: list[Span], report: AdaptationReport, raw_parts: set[str]) -> list[LlmCall]:
+        """Union spans of the same request: same sequence id, parent/child, or same response id.
+
+        Members in `raw_parts` (raw request payloads of their parent call) are merged without a report entry.
+        """
         parent_of = {span.span_id: span.parent_id for span in candidates}
         group_of: dict[str, str] = {}
 
@@ -258,6 +264,8 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
                 )
             )
             for member in ordered_members[1:]:
+                if member.span_id in raw_parts:
+                    continue
                 reason = "nested_llm_call" if member.parent_id in member_ids else "duplicate"
                 report.dropped.append(
                     _drop(member, reason, "another span of the same proxy request", merged_into=anchor.span_id)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, Union, cast, overload
 
 from agentlightning.semconv import AGL_ANNOTATION, AGL_OPERATION, LightningSpanAttributes
-from agentlightning.types import Attributes, AttributeValue, SpanCoreFields, SpanRecordingContext
-from agentlightning.utils.otel import flatten_attributes, sanitize_attribute_value, sanitize_attributes
+from agentlightning.tracer.base import Tracer
+from agentlightning.types import Attributes, SpanCoreFields, SpanRecordingContext, TraceStatus
+from agentlightning.utils.otel import check_attributes_sanity, flatten_attributes, sanitize_attributes
 
 from ._tracer import log_emitted, resolve_tracer
 
@@ -25,84 +25,83 @@ _INPUT = LightningSpanAttributes.OPERATION_INPUT.value
 _OUTPUT = LightningSpanAttributes.OPERATION_OUTPUT.value
 
 
-def _check_keys(annotation: Mapping[str, Any]) -> None:
-    for key in annotation:
-        if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]
-            raise ValueError(f"annotation keys must be non-empty strings, got {key!r}")
-        if key.startswith(".") or key.endswith(".") or ".." in key:
-            raise ValueError(f"annotation key {key!r} has an empty dotted segment")
-
-
-def _annotation_value(key: str, value: Any) -> AttributeValue:
-    """A flattened annotation value as an attribute; ValueError naming `key` when it cannot be recorded."""
-    if value is None:
-        raise ValueError(f"annotation {key!r} is None; omit the key instead")
+def _sets_as_lists(value: Any) -> Any:
+    """Sets become sorted lists (an addition to v0.3, which refuses them)."""
     if isinstance(value, (set, frozenset)):
-        value = sorted(value, key=repr)  # type: ignore[arg-type]
-    try:
-        return sanitize_attribute_value(value, force=False, key=key)
-    except ValueError:
-        pass
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"annotation {key!r}: a {type(value).__name__} cannot be recorded; use str, bool, int, float, "
-            "lists and dicts of them"
-        ) from exc
+        return sorted(value, key=repr)  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        return {key: _sets_as_lists(child) for key, child in value.items()}  # type: ignore[union-attr]
+    if isinstance(value, list):
+        return [_sets_as_lists(child) for child in value]  # type: ignore[union-attr]
+    return value
 
 
 def emit_annotation(annotation: Mapping[str, Any], propagate: bool = True) -> SpanCoreFields:
-    """Record a (possibly nested) dict as an `agentlightning.annotation` span with flattened attributes.
+    """Record a (possibly nested) dict as an `agentlightning.annotation` span (status OK), as v0.3.
 
-    Nested dicts become dotted keys; lists of plain values of one type stay one attribute (a set becomes
-    such a list); other JSON-serialisable values are JSON text. Everything is validated before the tracer
-    is looked up: a None value or an object that cannot be serialised raises ValueError naming its key.
+    Nested dicts and lists of objects become dotted keys; a list of primitives of one type stays one
+    attribute. The flattened values must be str, int, float, bool or lists of them: anything else (None,
+    objects) raises ValueError naming the key, before the tracer is looked up.
     """
     if not isinstance(annotation, Mapping):  # type: ignore[redundant-expr]
         raise TypeError(f"emit_annotation expects a dict, got {type(annotation).__name__}")
-    _check_keys(annotation)
-    flat = flatten_attributes(annotation)
-    attributes: Attributes = {key: _annotation_value(key, value) for key, value in flat.items()}
+    flat = flatten_attributes(_sets_as_lists(dict(annotation)), expand_leaf_lists=False)
+    check_attributes_sanity(flat)
+    attributes = sanitize_attributes(flat)
     tracer = resolve_tracer(propagate, "emit_annotation")
-    return log_emitted(tracer.create_span(AGL_ANNOTATION, attributes=attributes))
+    return log_emitted(tracer.create_span(AGL_ANNOTATION, attributes=attributes, status=TraceStatus(status_code="OK")))
 
 
 def _value_attributes(prefix: str, value: Any) -> Attributes:
-    """Attributes describing one input/output value under `prefix` (nested structures are flattened)."""
+    """Attributes describing one input/output value under `prefix`, flattened as v0.3 does.
+
+    A pydantic model is recorded by its fields (v0.3 recorded only its `str()`).
+    """
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         value = dump(mode="json")
-    if isinstance(value, Mapping) or (isinstance(value, (list, tuple)) and value):
-        if isinstance(value, Mapping) and not value:
-            return sanitize_attributes({prefix: {}})
-        flat = flatten_attributes({prefix: value}, expand_leaf_lists=False)  # type: ignore[dict-item]
-        return sanitize_attributes(flat)
-    return sanitize_attributes({prefix: value})
+    try:
+        flat = flatten_attributes({prefix: value}, expand_leaf_lists=False)
+    except ValueError:
+        flat = {prefix: value}  # e.g. dict keys that are not strings: recorded as JSON rather than failing the call
+    return sanitize_attributes(flat)
 
 
 class OperationContext:
-    """One `agentlightning.operation` span; a decorator and a sync/async context manager.
+    """One `agentlightning.operation` span; a decorator and a sync/async context manager (v0.3's shape).
 
-    As a context manager, call `set_input(...)` / `set_output(...)` inside the block. As a decorator,
-    each call of the function records the function name, its bound arguments and its return value.
-    Exceptions are recorded on the span (status ERROR) and re-raised.
+    As a context manager, call `set_input(...)` / `set_output(...)` inside the block and `span()` after it.
+    As a decorator, each call of the function records the function name (unless `name=` was given), its
+    bound arguments and its return value. Exceptions are recorded on the span (status ERROR) and re-raised.
+
+    The tracer is looked up when a span opens (v0.3 looked it up at construction, so decorating a function
+    at import time failed without an active tracer, and later calls went to the tracer of that moment).
     """
 
-    def __init__(self, attributes: Optional[Mapping[str, Any]] = None, *, propagate: bool = True) -> None:
-        self._attributes = sanitize_attributes(dict(attributes or {}))
-        self._propagate = propagate
+    def __init__(self, name: str, attributes: Optional[Mapping[str, Any]] = None, propagate: bool = True) -> None:
+        if not isinstance(name, str):  # type: ignore[redundant-expr]
+            raise TypeError(f"OperationContext name must be a span name (str), got {type(name).__name__}")
+        self.name = name
+        self.initial_attributes: dict[str, Any] = flatten_attributes(dict(attributes or {}), expand_leaf_lists=False)
+        self.propagate = propagate
         self._cm: Optional[AbstractContextManager[SpanRecordingContext]] = None
         self._recording: Optional[SpanRecordingContext] = None
+        self._span: Optional[SpanCoreFields] = None
+
+    @property
+    def tracer(self) -> Tracer:
+        """The tracer spans go to: the active one (RuntimeError if none), or a DummyTracer with `propagate=False`."""
+        return resolve_tracer(self.propagate, "operation")
 
     # ---- context manager ----
 
-    def _open(self, extra: Optional[Attributes] = None) -> OperationContext:
+    def _open(self, attributes: Optional[Mapping[str, Any]] = None) -> OperationContext:
         if self._cm is not None:
             raise RuntimeError("this operation context is already open; create a new operation(...) per block")
-        tracer = resolve_tracer(self._propagate, "operation")
-        self._cm = tracer.operation_context(AGL_OPERATION, attributes={**self._attributes, **(extra or {})})
+        initial = sanitize_attributes(self.initial_attributes if attributes is None else attributes)
+        self._cm = self.tracer.operation_context(self.name, attributes=initial)
         self._recording = self._cm.__enter__()
+        self._span = None
         return self
 
     def _close(
@@ -110,7 +109,12 @@ class OperationContext:
     ) -> bool:
         cm, self._cm = self._cm, None
         assert cm is not None
-        return bool(cm.__exit__(exc_type, exc, tb))
+        try:
+            return bool(cm.__exit__(exc_type, exc, tb))
+        finally:
+            if self._recording is not None:
+                self._span = self._recording.get_recorded_span()
+            self._recording = None
 
     def __enter__(self) -> OperationContext:
         return self._open()
@@ -146,18 +150,28 @@ class OperationContext:
         """Record the result as `agentlightning.operation.output` (flattened for dicts/lists)."""
         self._record(_value_attributes(_OUTPUT, output))
 
+    def span(self) -> SpanCoreFields:
+        """The recorded span, once the block (or decorated call) has finished; RuntimeError before."""
+        if self._span is None:
+            raise RuntimeError("the operation span is not finished yet; call span() after the `with` block")
+        return self._span
+
     def get_recorded_span(self) -> Optional[SpanCoreFields]:
-        return self._recording.get_recorded_span() if self._recording is not None else None
+        """The span recorded so far (inside the block) or the finished span; None before the block."""
+        if self._recording is not None:
+            return self._recording.get_recorded_span()
+        return self._span
 
     # ---- decorator ----
 
     def __call__(self, fn: F) -> F:
         signature = inspect.signature(fn)
-        attributes, propagate = self._attributes, self._propagate
+        name, propagate = self.name, self.propagate
+        attributes = {_OPERATION_NAME: fn.__name__, **self.initial_attributes}
 
         def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> OperationContext:
-            op = OperationContext(attributes, propagate=propagate)
-            op._open({_OPERATION_NAME: fn.__name__})
+            op = OperationContext(name, propagate=propagate)
+            op._open(attributes)
             op._record(_bound_input_attributes(signature, args, kwargs))
             return op
 
@@ -195,41 +209,47 @@ class OperationContext:
 
 
 def _bound_input_attributes(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Attributes:
-    try:
-        bound = signature.bind_partial(*args, **kwargs)
-    except TypeError:
-        # The call itself will raise the same error; record raw arguments meanwhile.
-        bound = None
+    """The call's arguments under `agentlightning.operation.input.*`, as v0.3 names them."""
     attributes: Attributes = {}
-    if bound is None:
+    try:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+    except TypeError:
+        # The call itself will raise the same error; record the raw arguments meanwhile.
         for i, value in enumerate(args):
             attributes.update(_value_attributes(f"{_INPUT}.args.{i}", value))
-        for key, value in kwargs.items():
-            attributes.update(_value_attributes(f"{_INPUT}.{key}", value))
+        if kwargs:
+            attributes.update(_value_attributes(f"{_INPUT}.kwargs", kwargs))
         return attributes
     for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if name in ("self", "cls") and kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
-            continue
-        if kind is inspect.Parameter.VAR_POSITIONAL:
+        if signature.parameters[name].kind is inspect.Parameter.VAR_POSITIONAL:
             for i, item in enumerate(value):
-                attributes.update(_value_attributes(f"{_INPUT}.args.{i}", item))
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            for key, item in value.items():
-                attributes.update(_value_attributes(f"{_INPUT}.{key}", item))
+                attributes.update(_value_attributes(f"{_INPUT}.{name}.{i}", item))
         else:
             attributes.update(_value_attributes(f"{_INPUT}.{name}", value))
     return attributes
 
 
 @overload
-def operation(fn: F) -> F: ...
+def operation(fn: F, *, propagate: bool = True, name: Optional[str] = None, **attributes: Any) -> F: ...
 @overload
-def operation(fn: None = None, *, propagate: bool = True, **attributes: Any) -> OperationContext: ...
-def operation(fn: Optional[F] = None, *, propagate: bool = True, **attributes: Any) -> Union[F, OperationContext]:
-    """Trace an operation: `@operation`, `@operation(category="x")`, or `with operation(user_id=1) as op:`."""
+def operation(
+    fn: None = None, *, propagate: bool = True, name: Optional[str] = None, **attributes: Any
+) -> OperationContext: ...
+def operation(
+    fn: Optional[F] = None, *, propagate: bool = True, name: Optional[str] = None, **attributes: Any
+) -> Union[F, OperationContext]:
+    """Trace an operation: `@operation`, `@operation(category="x")`, or `with operation(user_id=1) as op:`.
+
+    The span is always named `agentlightning.operation`; `name=` sets its `agentlightning.operation.name`
+    attribute (ValueError when the attributes set it too). Decorating, the function's name is used otherwise.
+    """
+    if name is not None:
+        if _OPERATION_NAME in attributes:
+            raise ValueError(f"operation() got both name= and {_OPERATION_NAME!r}; pass one of them")
+        attributes[_OPERATION_NAME] = name
     if fn is not None:
         if not callable(fn):
-            raise TypeError(f"operation() takes a function or keyword attributes, got {fn!r}")
-        return OperationContext(attributes, propagate=propagate)(fn)
-    return OperationContext(attributes, propagate=propagate)
+            raise ValueError(f"operation() takes a function or keyword attributes, got {fn!r}")
+        return OperationContext(AGL_OPERATION, attributes, propagate=propagate)(fn)
+    return OperationContext(AGL_OPERATION, attributes, propagate=propagate)

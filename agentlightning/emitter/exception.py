@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Optional
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 from agentlightning.semconv import AGL_EXCEPTION, AGL_EXCEPTION_SUMMARY
 from agentlightning.types import Attributes, Span, SpanCoreFields, TraceStatus
 from agentlightning.utils.otel import format_exception_attributes
 
-from ._tracer import log_emitted, resolve_tracer
+from ._tracer import extra_attributes, log_emitted, resolve_tracer
 
 __all__ = ["emit_exception", "find_failure"]
 
 
 def emit_exception(
-    exception: BaseException, attributes: Optional[Attributes] = None, propagate: bool = True
+    exception: BaseException, attributes: Optional[Mapping[str, Any]] = None, propagate: bool = True
 ) -> SpanCoreFields:
-    """Record an exception the agent handled as an `agentlightning.exception` span (status OK)."""
+    """Record an exception the agent handled as an `agentlightning.exception` span (status OK).
+
+    Nested `attributes` are flattened into dotted keys, as v0.3 does.
+    """
     if not isinstance(exception, BaseException):  # type: ignore[redundant-expr]
         raise TypeError(f"emit_exception expects an exception instance, got {type(exception).__name__}")
-    span_attributes: Attributes = {**(attributes or {}), **format_exception_attributes(exception)}
+    span_attributes: Attributes = {**format_exception_attributes(exception), **extra_attributes(attributes)}
     tracer = resolve_tracer(propagate, "emit_exception")
     return log_emitted(
         tracer.create_span(AGL_EXCEPTION, attributes=span_attributes, status=TraceStatus(status_code="OK"))

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentlightning.adapter.extraction import logprobs_of, prompt_token_ids_of, response_token_ids_of
+from agentlightning.semconv import RAW_GEN_AI_REQUEST
 from agentlightning.store.transitions import ForbiddenTransitionError
 from agentlightning.types import Rollout, RolloutConfig, Span
 from agentlightning.utils.rewards import get_reward_value, is_reward_span
@@ -133,6 +134,8 @@ def _span_event(span: Span, triplet: bool) -> Optional[dict[str, Any]]:
     if EVENT_TYPE_ATTRIBUTE in attributes:
         data = {k: v for k, v in attributes.items() if k != EVENT_TYPE_ATTRIBUTE}
         return _event(span, str(attributes[EVENT_TYPE_ATTRIBUTE]), data)
+    if span.name == RAW_GEN_AI_REQUEST:
+        return None  # the raw payload of a call whose own span is the event (v0.3 proxy / LiteLLM)
     prompt_ids = prompt_token_ids_of(span)
     if prompt_ids is None and "gen_ai.request.model" not in attributes:
         return None

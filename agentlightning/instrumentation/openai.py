@@ -115,6 +115,8 @@ def request_to_attributes(request: Mapping[str, Any], *, system: str = "openai")
     attributes: Attributes = {"gen_ai.system": system, "gen_ai.request.type": "chat"}
     if request.get("model") is not None:
         attributes["gen_ai.request.model"] = str(request["model"])
+    # As the AgentOps instrumentation v0.3 traced with: whether the response was requested as a stream.
+    attributes["gen_ai.request.streaming"] = bool(request.get("stream"))
     for field in SAMPLING_FIELDS:
         value = request.get(field)
         if value is None:

@@ -1,7 +1,7 @@
 """Callbacks: per-LLM-call hooks that adjust the forwarded request and act on the finished call.
 
 Aliases accepted by `LLMProxy(callbacks=[...])`: `return_token_ids` (default), `opentelemetry` (default;
-records each call as a span in the store), `logprobs`.
+records each call as a span, with its `raw_gen_ai_request` child, in the store), `logprobs`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, Union
 
 from .call import ProxyCall
-from .spans import build_call_span
+from .spans import build_call_span, build_raw_request_span
 
 if TYPE_CHECKING:
     from .runtime import ProxyRuntime
@@ -70,17 +70,20 @@ class LogprobsCallback(ProxyCallback):
 
 
 class LightningOpenTelemetry(ProxyCallback):
-    """Record each call of a rollout attempt as one span in the store (via `LightningSpanExporter`).
+    """Record each call of a rollout attempt in the store (via `LightningSpanExporter`).
 
-    The span carries the rollout and attempt from the route, the sequence id allocated when the request
-    arrived, and the request/response attributes of our OpenAI instrumentation. With `wait_for_store`
-    (default) the end of the response is held back until the span is stored, so an agent (and the runner
-    finishing its rollout) never gets ahead of its own spans; without it, spans are written in the
-    background. Calls outside any rollout are not recorded.
+    The call span carries the rollout and attempt from the route, the sequence id allocated when the
+    request arrived, and the request/response attributes of our OpenAI instrumentation. A successful call
+    also gets v0.3's `raw_gen_ai_request` child span (the backend payloads as `llm.<provider>.<key>`, same
+    sequence id; see `spans.build_raw_request_span`) unless `record_raw_request=False`. With
+    `wait_for_store` (default) the end of the response is held back until the spans are stored, so an agent
+    (and the runner finishing its rollout) never gets ahead of its own spans; without it, spans are written
+    in the background. Calls outside any rollout are not recorded.
     """
 
-    def __init__(self, wait_for_store: bool = True) -> None:
+    def __init__(self, wait_for_store: bool = True, record_raw_request: bool = True) -> None:
         self.wait_for_store = wait_for_store
+        self.record_raw_request = record_raw_request
 
     async def on_call_end(self, call: ProxyCall, runtime: ProxyRuntime) -> None:
         exporter = runtime.exporter
@@ -98,10 +101,13 @@ class LightningOpenTelemetry(ProxyCallback):
             )
             return
         span = build_call_span(call, sequence_id)
+        raw = build_raw_request_span(call, span) if self.record_raw_request else None
+        spans = [span] if raw is None else [span, raw]
         if self.wait_for_store:
-            await exporter.export(span)
+            await exporter.export_many(spans)
         else:
-            exporter.export_nowait(span)
+            for item in spans:
+                exporter.export_nowait(item)
 
 
 CALLBACK_ALIASES: dict[str, type[ProxyCallback]] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from agentlightning.types import Span
@@ -72,6 +73,19 @@ class LightningSpanExporter:
                 self.write_timeout,
             )
             return False
+
+    async def export_many(self, spans: Sequence[Span]) -> list[bool]:
+        """Store `spans` together (one batch with other queued spans), waiting at most `write_timeout` seconds."""
+        futures = [self.export_nowait(span) for span in spans]
+        try:
+            return list(await asyncio.wait_for(asyncio.shield(asyncio.gather(*futures)), timeout=self.write_timeout))
+        except asyncio.TimeoutError:
+            logger.warning(
+                "%s not stored within %.1fs; they stay queued (is the store reachable?)",
+                " and ".join(_describe(span) for span in spans),
+                self.write_timeout,
+            )
+            return [future.done() and future.result() for future in futures]
 
     async def flush(self) -> None:
         """Wait until every queued span has been written (or refused)."""

@@ -183,7 +183,8 @@ def parse_model_config(entry: Mapping[str, Any], position: int) -> Deployment:
                 f"{where} ({model_name!r}) needs litellm_params.api_base for {provider!r}, e.g. "
                 "'http://127.0.0.1:8000/v1'"
             )
-        api_base = DEFAULT_OPENAI_API_BASE
+        # As LiteLLM (v0.3's proxy): OPENAI_BASE_URL, then OPENAI_API_BASE, then the hosted API.
+        api_base = os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or DEFAULT_OPENAI_API_BASE
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
     if not isinstance(api_base, str):
         raise ValueError(f"{where} ({model_name!r}): api_base must be a string, got {api_base!r}")

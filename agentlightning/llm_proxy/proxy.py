@@ -3,7 +3,8 @@
 Agents call `http://host:port/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions` (what
 `as_resource(...)` / `ProxyLLM.get_base_url(...)` hand out); the proxy forwards to the backend serving
 the requested model name, asks it for token ids (and logprobs when configured), relays the answer
-(streamed or not) and writes one span per call, with the rollout, attempt and a sequence id, to the store.
+(streamed or not) and writes the call's span (plus v0.3's `raw_gen_ai_request` child), with the rollout,
+attempt and a sequence id, to the store.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""The span recorded for one proxied LLM call: the same `gen_ai.*` / token-id attributes our OpenAI
-instrumentation writes, so adapters treat proxy spans and tracer spans alike.
+"""The spans recorded for one proxied LLM call.
+
+The call span carries the same `gen_ai.*` / token-id attributes our OpenAI instrumentation writes, so
+adapters treat proxy spans and tracer spans alike. As v0.3 (LiteLLM's OpenTelemetry callback), a successful
+call also gets a `raw_gen_ai_request` child span holding the backend request and response as
+`llm.<provider>.<key>` attributes (non-primitive values as `str(value)`); it shares the call's sequence id
+and is part of the same call for every reader (adapters merge it into its parent, never count it twice).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from agentlightning.instrumentation.openai import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
-from agentlightning.semconv import LightningResourceAttributes
+from agentlightning.semconv import RAW_GEN_AI_REQUEST, LightningResourceAttributes
 from agentlightning.types import Attributes, OtelResource, Span, TraceStatus
 from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled
 
@@ -20,7 +25,9 @@ __all__ = [
     "COMPLETION_SPAN_NAME",
     "PROXY_ATTRIBUTE_PREFIX",
     "PROXY_TRACER_NAME",
+    "RAW_REQUEST_SPAN_NAME",
     "build_call_span",
+    "build_raw_request_span",
     "parse_traceparent",
 ]
 
@@ -29,6 +36,8 @@ CHAT_SPAN_NAME = LLM_SPAN_NAME
 COMPLETION_SPAN_NAME = "openai.completion"
 PROXY_ATTRIBUTE_PREFIX = "agentlightning.llm_proxy"
 PROXY_TRACER_NAME = "agentlightning.llm_proxy"
+RAW_REQUEST_SPAN_NAME = RAW_GEN_AI_REQUEST
+"""`raw_gen_ai_request`: v0.3's (LiteLLM's) name for the raw provider request span."""
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 
@@ -125,4 +134,45 @@ def build_call_span(call: ProxyCall, sequence_id: int) -> Span:
         resource=resource,
         name=name,
         status=status,
+    )
+
+
+def _raw_value(value: Any) -> Any:
+    """LiteLLM's attribute value: primitives as they are, None as "", anything else as `str(value)`."""
+    if value is None:
+        return ""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return str(value)
+
+
+def build_raw_request_span(call: ProxyCall, call_span: Span) -> Optional[Span]:
+    """The `raw_gen_ai_request` child of `call_span`: backend request and response as `llm.<provider>.<key>`.
+
+    None for a call without a response (failed calls get no raw span, as with LiteLLM). Request keys are
+    written first, so a key in both (`model`) holds the response's value, as LiteLLM writes them.
+    """
+    if call.response is None or call.error is not None:
+        return None
+    deployment = call.deployment
+    provider = deployment.provider if deployment is not None else "openai"
+    request = dict(call.body)
+    if deployment is not None:
+        request["model"] = deployment.backend_model.removeprefix(f"{provider}/")  # as the backend was asked
+    attributes: Attributes = {}
+    for payload in (request, call.response):
+        for key, value in payload.items():
+            attributes[f"llm.{provider}.{key}"] = _raw_value(value)
+    return Span.from_attributes(
+        attributes=attributes,
+        rollout_id=call_span.rollout_id,
+        attempt_id=call_span.attempt_id,
+        sequence_id=call_span.sequence_id,
+        trace_id=call_span.trace_id,
+        parent_id=call_span.span_id,
+        start_time=call_span.start_time,
+        end_time=call_span.end_time,
+        resource=call_span.resource.model_copy(deep=True),
+        name=RAW_REQUEST_SPAN_NAME,
+        status=TraceStatus(status_code="OK"),
     )

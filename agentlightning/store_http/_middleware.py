@@ -92,8 +92,8 @@ class HttpMetricsMiddleware:
     def __init__(self, app: ASGIApp, tracker: MetricsBackend) -> None:
         self.app = app
         self.tracker = tracker
-        tracker.register_counter("agl.http.total", ("method", "path", "status"), "HTTP requests served")
-        tracker.register_histogram("agl.http.latency", ("method", "path", "status"), None, "HTTP latency (s)")
+        tracker.register_counter("agl.http.total", ("method", "path", "status"), description="HTTP requests served")
+        tracker.register_histogram("agl.http.latency", ("method", "path", "status"), description="HTTP latency (s)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -114,8 +114,9 @@ class HttpMetricsMiddleware:
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
             labels = {"method": scope["method"], "path": path, "status": str(status)}
-            self.tracker.inc_counter("agl.http.total", 1.0, labels)
-            self.tracker.observe_histogram("agl.http.latency", time.perf_counter() - start, labels)
+            # Awaited: v0.3-style backends implement these as coroutines; ours return an awaitable already done.
+            await self.tracker.inc_counter("agl.http.total", 1.0, labels)
+            await self.tracker.observe_histogram("agl.http.latency", time.perf_counter() - start, labels)
 
 
 def prometheus_app(registry: Any) -> ASGIApp:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.semconv import LightningResourceAttributes
 from agentlightning.types import Span
 
 if TYPE_CHECKING:
@@ -138,10 +139,13 @@ class TraceSession:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread_id: Optional[int] = None
         if self.store is not None:
-            if self.store.capabilities.get("thread_safe", False):
+            caller_loop = _running_loop()
+            if self.store.capabilities.get("thread_safe", False) or caller_loop is None:
+                # Opened from synchronous code (LightningSpanProcessor.with_context), there is no caller
+                # loop to write from: the delivery thread writes, as v0.3's processor did from its own loop.
                 self._loop = _delivery_thread.get_loop()
             else:
-                self._loop = asyncio.get_running_loop()
+                self._loop = caller_loop
                 self._loop_thread_id = threading.get_ident()
 
     # ---- hot path (any thread) ----
@@ -221,7 +225,7 @@ class TraceSession:
         assert store is not None
         rollout_id, attempt_id = self.rollout_id, self.attempt_id
         # Sequence id 0: the store numbers the batch itself, in order, within the same call.
-        spans = [Span.from_opentelemetry(item, rollout_id, attempt_id, 0) for item in batch]
+        spans = [self._to_span(item, 0) for item in batch]
         try:
             stored = await asyncio.wait_for(store.add_many_spans(spans), self._write_timeout)
         except Exception as exc:
@@ -243,11 +247,25 @@ class TraceSession:
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)
 
+    def keep_locally(self, span: ReadableSpan) -> None:
+        """Record a finished span in this trace without writing it to the store."""
+        with self._lock:
+            self._spans.append(self._convert_locally(span))
+
+    def _to_span(self, span: ReadableSpan, sequence_id: int) -> Span:
+        """The stored form of a finished span. With a store, its resource names the rollout and attempt
+        (`agentlightning.rollout_id` / `agentlightning.attempt_id`), as v0.3's OTLP export sets them."""
+        converted = Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, sequence_id)
+        if self.store is not None:
+            converted.resource.attributes[LightningResourceAttributes.ROLLOUT_ID.value] = self.rollout_id
+            converted.resource.attributes[LightningResourceAttributes.ATTEMPT_ID.value] = self.attempt_id
+        return converted
+
     def _convert_locally(self, span: ReadableSpan) -> Span:
         if self._spans:
             self._local_sequence = max(self._local_sequence, self._spans[-1].sequence_id)
         self._local_sequence += 1
-        return Span.from_opentelemetry(span, self.rollout_id, self.attempt_id, self._local_sequence)
+        return self._to_span(span, self._local_sequence)
 
     async def _drain_finished(self) -> None:
         task = self._drain_task
@@ -266,9 +284,7 @@ class TraceSession:
         """
         self._closed = True
         if self._loop is None:
-            with self._lock:
-                batch, self._pending = self._pending, []
-            self._spans.extend(self._convert_locally(item) for item in batch)
+            self.close_locally()
             return
         if keep_pending:
             with self._lock:
@@ -279,6 +295,25 @@ class TraceSession:
             with self._lock:
                 self._scheduled = False  # a span ending after the close arms a new timer
         await self._write_pending(take=not keep_pending)
+
+    def close_locally(self) -> None:
+        """`close()` of a session without a store: convert the pending spans (synchronous, nothing to write)."""
+        if self._loop is not None:
+            raise RuntimeError(f"the trace of rollout {self.rollout_id!r} writes to a store; await close() instead")
+        self._closed = True
+        with self._lock:
+            batch, self._pending = self._pending, []
+        self._spans.extend(self._convert_locally(item) for item in batch)
+
+    @property
+    def delivery_loop(self) -> Optional[asyncio.AbstractEventLoop]:
+        """The loop spans are written from (None without a store)."""
+        return self._loop
+
+    @property
+    def writes_from_caller_loop(self) -> bool:
+        """Whether spans are written from the loop that opened the session (a store that is not thread-safe)."""
+        return self._loop_thread_id is not None
 
     async def flush(self) -> None:
         """Write the spans a `close(keep_pending=True)` kept, on their own (no status)."""
@@ -304,7 +339,7 @@ class TraceSession:
         with self._lock:
             batch, self._pending = self._pending, []
             self._keeping = False
-        spans = [Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, 0) for item in batch]
+        spans = [self._to_span(item, 0) for item in batch]
         try:
             with _suppressed():
                 finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, [*spans, *extra])
@@ -347,8 +382,15 @@ class TraceSession:
             return spans
         sequence = max((s.sequence_id for s in spans), default=self._local_sequence)
         for offset, item in enumerate(pending, start=1):
-            spans.append(Span.from_opentelemetry(item, self.rollout_id, self.attempt_id, sequence + offset))
+            spans.append(self._to_span(item, sequence + offset))
         return spans
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 @contextlib.contextmanager

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, Optional
 
+from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 
 from .otel import LightningSpanProcessor, OtelTracer, _attach_processor, _detach_processor
+
+if TYPE_CHECKING:
+    from agentlightning.store.base import LightningStore
 
 __all__ = ["AgentOpsTracer", "LightningSpanProcessor"]
 
@@ -95,6 +101,46 @@ class AgentOpsTracer(OtelTracer):
         self._extra_provider = None
         super().teardown_worker(worker_id, *args, **kwargs)
 
+    @asynccontextmanager
+    async def trace_context(
+        self,
+        name: Optional[str] = None,
+        *,
+        store: Optional[LightningStore] = None,
+        rollout_id: Optional[str] = None,
+        attempt_id: Optional[str] = None,
+        defer_last_batch: bool = False,
+    ) -> AsyncIterator[trace_api.Tracer]:
+        """OtelTracer's trace context around an AgentOps trace, as v0.3.
+
+        The AgentOps trace (named `name`, else the rollout id) is started inside the context, so its
+        `<trace name>.session` span is recorded beside the agent's spans; it ends with status ERROR when
+        the block raises.
+        """
+        async with super().trace_context(
+            name, store=store, rollout_id=rollout_id, attempt_id=attempt_id, defer_last_batch=defer_last_batch
+        ) as otel_tracer:
+            with self._agentops_trace(name if name is not None else rollout_id):
+                yield otel_tracer
+
+    @contextmanager
+    def _agentops_trace(self, trace_name: Optional[str]) -> Iterator[None]:
+        agentops = _import_agentops()
+        if not agentops.get_client().initialized:
+            yield  # AgentOps was left to the user (agentops_managed=False) and is not initialised
+            return
+        trace = agentops.start_trace(trace_name=trace_name) if trace_name else agentops.start_trace()
+        # A string, so the span keeps it (v0.3 passed a StatusCode, which OpenTelemetry drops as an attribute).
+        status = "Success"
+        try:
+            yield
+        except BaseException:
+            status = "Error"
+            raise
+        finally:
+            if trace is not None:
+                agentops.end_trace(trace, end_state=status)
+
     def get_langchain_handler(self, tags: Optional[list[str]] = None) -> Any:  # type: ignore[override]
         """AgentOps' LangChain callback handler (needs langchain installed), feeding this tracer's spans."""
         self._ensure_setup()
@@ -105,3 +151,5 @@ class AgentOpsTracer(OtelTracer):
                 "the AgentOps LangChain handler needs LangChain: pip install agentlightning[langchain]"
             ) from exc
         return LangchainCallbackHandler(api_key=os.environ.get("AGENTOPS_API_KEY", "dummy"), tags=tags)
+
+    get_langchain_callback_handler = get_langchain_handler  # v0.3's alias

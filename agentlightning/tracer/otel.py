@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import threading
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OtelTracer",
     "LightningSpanProcessor",
+    "ProcessorTraceContext",
     "STORE_WRITE_TIMEOUT_SECONDS",
     "DUMMY_ROLLOUT_ID",
     "DUMMY_ATTEMPT_ID",
@@ -64,15 +66,90 @@ class LightningSpanProcessor(SpanProcessor):
     session of this processor. Spans started outside every session are ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, disable_store_submission: bool = False) -> None:
         self._lock = threading.Lock()
         self._open: list[TraceSession] = []
         self._span_sessions: dict[int, TraceSession] = {}
         self._shutdown = False
+        self._disable_store_submission = disable_store_submission
+        self._last: Optional[TraceSession] = None
+        self._entered: list[ProcessorTraceContext] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(disable_store_submission={self.disable_store_submission}, "
+            f"store={self.store!r}, rollout_id={self.rollout_id!r}, attempt_id={self.attempt_id!r})"
+        )
+
+    # ---- v0.3's view: the innermost open trace context ----
+
+    @property
+    def disable_store_submission(self) -> bool:
+        """When True, finished spans are kept in the trace (`spans()`, `get_last_trace()`) but not written."""
+        return self._disable_store_submission
+
+    @disable_store_submission.setter
+    def disable_store_submission(self, value: bool) -> None:
+        self._disable_store_submission = bool(value)
+
+    def _current(self) -> Optional[TraceSession]:
+        current = _session_var.get()
+        if isinstance(current, TraceSession) and current.owner is self:
+            return current
+        return self._open[-1] if self._open else None
+
+    @property
+    def store(self) -> Optional[LightningStore]:
+        """The store spans of the open trace context go to (None outside one, or when tracing locally)."""
+        session = self._current()
+        return session.store if session is not None else None
+
+    @property
+    def rollout_id(self) -> Optional[str]:
+        session = self._current()
+        return session.rollout_id if session is not None and session.store is not None else None
+
+    @property
+    def attempt_id(self) -> Optional[str]:
+        session = self._current()
+        return session.attempt_id if session is not None and session.store is not None else None
+
+    def spans(self) -> list[Span]:
+        """Spans of the open trace context, or of the last one when none is open."""
+        session = self._current() or self._last
+        return session.get_spans() if session is not None else []
+
+    # ---- v0.3's way to open a trace without a tracer ----
+
+    def with_context(self, store: LightningStore, rollout_id: str, attempt_id: str) -> ProcessorTraceContext:
+        """A context manager routing the spans that end inside it to `store`, for `rollout_id` / `attempt_id`.
+
+        `with processor.with_context(store=..., rollout_id=..., attempt_id=...) as processor:` (v0.3); entering
+        returns the processor and starts a fresh `spans()` list. Leaving writes what is still pending and
+        waits for it, except in a `with` (not `async with`) inside a running event loop with a store that is
+        not thread-safe: the last spans are then written once that loop runs again (use `async with`).
+        """
+        if store is None:  # pyright: ignore[reportUnnecessaryComparison]
+            raise ValueError("with_context(store=...) needs a LightningStore; use `with processor:` to trace locally")
+        for field_name, value in (("rollout_id", rollout_id), ("attempt_id", attempt_id)):
+            if not isinstance(value, str) or not value:  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise ValueError(f"with_context({field_name}=...) must be a non-empty string, got {value!r}")
+        return ProcessorTraceContext(self, store, rollout_id, attempt_id)
+
+    def __enter__(self) -> LightningSpanProcessor:
+        """`with processor:` opens a local trace (no store, as v0.3): `spans()` collects what ends inside."""
+        context = ProcessorTraceContext(self, None, None, None)
+        self._entered.append(context)
+        return context.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._entered:
+            self._entered.pop().__exit__(*exc_info)
 
     def open_session(self, session: TraceSession) -> None:
         with self._lock:
             self._open = [*self._open, session]
+            self._last = session
 
     def close_session(self, session: TraceSession) -> None:
         """Stop routing spans to `session`; spans still open now are dropped when they end."""
@@ -106,7 +183,11 @@ class LightningSpanProcessor(SpanProcessor):
         if ctx is None:
             return
         session = self._span_sessions.pop(ctx.span_id, None)
-        if session is not None:
+        if session is None:
+            return
+        if self._disable_store_submission:
+            session.keep_locally(span)
+        else:
             session.submit(span)
 
     def shutdown(self) -> None:
@@ -117,6 +198,63 @@ class LightningSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+class ProcessorTraceContext:
+    """One trace opened on a `LightningSpanProcessor` directly (`with_context(...)`, or `with processor:`)."""
+
+    def __init__(
+        self,
+        processor: LightningSpanProcessor,
+        store: Optional[LightningStore],
+        rollout_id: Optional[str],
+        attempt_id: Optional[str],
+    ) -> None:
+        self.processor = processor
+        self.store, self.rollout_id, self.attempt_id = store, rollout_id, attempt_id
+        self._session: Optional[TraceSession] = None
+        self._token: Optional[contextvars.Token[Any]] = None
+        self._closing: Optional[asyncio.Future[None]] = None
+
+    def __enter__(self) -> LightningSpanProcessor:
+        if self._session is not None:
+            raise RuntimeError("this trace context is already open; call with_context(...) again for a new trace")
+        session = TraceSession(
+            owner=self.processor, rollout_id=self.rollout_id, attempt_id=self.attempt_id, store=self.store
+        )
+        self.processor.open_session(session)
+        self._session, self._token = session, _session_var.set(session)
+        return self.processor
+
+    def _leave(self) -> TraceSession:
+        session, token = self._session, self._token
+        if session is None or token is None:
+            raise RuntimeError("this trace context is not open")
+        self._session = self._token = None
+        _reset_session_var(token)
+        self.processor.close_session(session)
+        return session
+
+    def __exit__(self, *exc_info: Any) -> None:
+        session = self._leave()
+        loop = session.delivery_loop
+        if loop is None:
+            session.close_locally()
+        elif session.writes_from_caller_loop:
+            self._closing = asyncio.ensure_future(session.close(), loop=loop)  # written when the loop runs again
+        else:
+            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=STORE_WRITE_TIMEOUT_SECONDS + 5)
+
+    async def wait_closed(self) -> None:
+        """Wait until the spans of a context left with `with` inside a running loop are written."""
+        if self._closing is not None:
+            await self._closing
+
+    async def __aenter__(self) -> LightningSpanProcessor:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._leave().close()
 
 
 def _attach_processor(provider: TracerProvider, processor: SpanProcessor) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar, Union
 
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 
 from agentlightning.semconv import LightningSpanAttributes, LinkAttributes, LinkPydanticModel
 from agentlightning.types import Attributes, AttributeValue, Span
@@ -28,17 +28,20 @@ __all__ = [
     "flatten_attributes",
     "unflatten_attributes",
     "filter_and_unflatten_attributes",
+    "read_nested_attribute",
     "sanitize_attributes",
     "format_exception_attributes",
     "describe_tracer_provider",
     "get_tracer_provider",
     "get_tracer",
+    "get_span_processors",
 ]
 
 logger = logging.getLogger(__name__)
 
 _PRIMITIVES = (str, bool, int, float)
 T_Span = TypeVar("T_Span", bound=Union[Span, ReadableSpan])
+T_Processor = TypeVar("T_Processor", bound=SpanProcessor)
 
 
 # ---- flattening ----
@@ -48,45 +51,49 @@ def _is_primitive_list(value: Sequence[Any]) -> bool:
     return all(isinstance(item, _PRIMITIVES) for item in value)
 
 
-def _is_homogeneous_primitive_list(value: Sequence[Any]) -> bool:
-    """A valid OpenTelemetry list value: primitives, all of one type (bool is not int here)."""
-    return _is_primitive_list(value) and len({type(item) for item in value}) <= 1
+def _primitive_kind(value: Any) -> type:
+    for kind in (bool, int, float):
+        if isinstance(value, kind):
+            return kind
+    return str
 
 
 def flatten_attributes(
-    data: Union[Mapping[str, Any], Sequence[Any]], *, expand_leaf_lists: bool = False
+    nested_data: Union[Mapping[str, Any], list[Any]], *, expand_leaf_lists: bool = False
 ) -> dict[str, Any]:
-    """Flatten nested dicts/lists into dotted keys (`a.b.0.c`).
+    """Flatten nested dicts/lists into dotted keys (`{"a": {"b": [{"c": 1}]}}` -> `{"a.b.0.c": 1}`), as v0.3.
 
-    A list of primitives of one type stays one leaf value (an OpenTelemetry list attribute); lists of
-    objects and mixed lists are expanded by index. `expand_leaf_lists=True` expands every list.
+    A non-empty list of primitives of one type (bool, int, float or str) under a key stays one leaf value
+    (an OpenTelemetry list attribute) unless `expand_leaf_lists=True`; other lists are expanded by index.
+    Empty dicts and lists produce no key; tuples and other values are leaves. Dict keys must be strings
+    (ValueError naming the path otherwise).
     """
+    if not isinstance(nested_data, (Mapping, list)):
+        raise ValueError(f"flatten_attributes expects a dict or a list, got {type(nested_data).__name__}")
     flat: dict[str, Any] = {}
 
-    def visit(prefix: str, value: Any) -> None:
+    def walk(value: Any, prefix: str) -> None:
         if isinstance(value, Mapping):
-            if not value and prefix:
-                flat[prefix] = {}
             for key, child in value.items():  # type: ignore[union-attr]
                 if not isinstance(key, str):
-                    key = str(key)
-                visit(f"{prefix}.{key}" if prefix else key, child)
-        elif isinstance(value, (list, tuple)):
-            if not expand_leaf_lists and value and _is_homogeneous_primitive_list(value):  # type: ignore[arg-type]
-                flat[prefix] = list(value)  # type: ignore[arg-type]
-                return
-            if not value and prefix:
-                flat[prefix] = []
-            for index, child in enumerate(value):  # type: ignore[arg-type]
-                visit(f"{prefix}.{index}" if prefix else str(index), child)
+                    raise ValueError(
+                        f"only string keys can be flattened, got {key!r} ({type(key).__name__}) under "
+                        f"{prefix or 'the top level'!r}"
+                    )
+                walk(child, f"{prefix}.{key}" if prefix else key)
+        elif isinstance(value, list):
+            items: list[Any] = value  # type: ignore[assignment]
+            if not expand_leaf_lists and prefix and items and _is_primitive_list(items):
+                if len({_primitive_kind(item) for item in items}) == 1:
+                    flat[prefix] = items
+                    return
+                logger.warning("list attribute %r mixes primitive types; expanding it by index", prefix)
+            for index, item in enumerate(items):
+                walk(item, f"{prefix}.{index}" if prefix else str(index))
         else:
-            if not prefix:
-                raise ValueError(f"cannot flatten a bare value {value!r}; pass a dict or a list")
             flat[prefix] = value
 
-    if not isinstance(data, (Mapping, list, tuple)):
-        raise ValueError(f"flatten_attributes expects a dict or a list, got {type(data).__name__}")
-    visit("", data)
+    walk(nested_data, "")
     return flat
 
 
@@ -106,7 +113,8 @@ def _listify(node: Any) -> Any:
 def unflatten_attributes(flat: Mapping[str, Any]) -> Union[dict[str, Any], list[Any]]:
     """Rebuild the nested structure of dotted keys; dicts keyed 0..n-1 become lists.
 
-    Raises ValueError when a key is both a leaf and a prefix (e.g. `a` and `a.b`).
+    Raises ValueError when a key is both a leaf and a prefix (e.g. `a` and `a.b`): v0.3 silently kept one
+    of the two values.
     """
     root: dict[str, Any] = {}
     for key in sorted(flat, key=lambda k: k.count(".")):
@@ -127,10 +135,37 @@ def unflatten_attributes(flat: Mapping[str, Any]) -> Union[dict[str, Any], list[
 
 
 def filter_and_unflatten_attributes(attributes: Mapping[str, Any], prefix: str) -> Union[dict[str, Any], list[Any]]:
-    """Unflatten only the attributes under `prefix.` (the prefix itself is stripped)."""
-    dotted = prefix if prefix.endswith(".") else prefix + "."
+    """Unflatten the attributes under `prefix.` (the prefix itself is stripped).
+
+    Raises ValueError when an attribute is exactly `prefix` (a value stored whole, not flattened); see
+    `read_nested_attribute` to read both shapes.
+    """
+    if prefix in attributes:
+        raise ValueError(f"attribute {prefix!r} holds a value itself; it cannot be unflattened as a prefix")
+    dotted = prefix + "."
     selected = {key[len(dotted) :]: value for key, value in attributes.items() if key.startswith(dotted)}
     return unflatten_attributes(selected)
+
+
+def read_nested_attribute(attributes: Mapping[str, Any], prefix: str) -> Any:
+    """The value at `prefix` in either shape, None when absent.
+
+    Spans written by v0.3 and by this package carry nested values flattened into `prefix.*` keys; spans
+    stored by earlier versions of this package carry them as one JSON-encoded attribute at `prefix`. Both
+    read back as the same dict/list. A plain value at `prefix` is returned as stored.
+    """
+    if prefix in attributes:
+        value = attributes[prefix]
+        if isinstance(value, str) and value[:1] in ("{", "["):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value
+    dotted = prefix + "."
+    if not any(key.startswith(dotted) for key in attributes):
+        return None
+    return filter_and_unflatten_attributes(attributes, prefix)
 
 
 def full_qualified_name(obj: Any) -> str:
@@ -144,99 +179,90 @@ def full_qualified_name(obj: Any) -> str:
     return f"{module}.{qualname}"
 
 
-def sanitize_list_attribute_sanity(value: Sequence[Any], *, key: str = "attribute") -> list[Any]:
-    """Check that `value` is a valid OpenTelemetry list attribute (primitives of one type) and return it
-    as a list; raise ValueError naming `key` otherwise. An empty list is valid."""
-    items = list(value)
-    if not _is_primitive_list(items):
-        bad = next(item for item in items if not isinstance(item, _PRIMITIVES))
-        raise ValueError(
-            f"{key}: list attributes may hold only str/bool/int/float, found {type(bad).__name__} ({bad!r})"
-        )
-    if not _is_homogeneous_primitive_list(items):
-        kinds = sorted({type(item).__name__ for item in items})
-        raise ValueError(f"{key}: list attributes must hold one type, found {', '.join(kinds)}")
-    return items
+def sanitize_list_attribute_sanity(maybe_list: Sequence[Any], *, key: str = "attribute") -> list[Any]:
+    """A list of primitives as a valid OpenTelemetry list attribute, coerced as v0.3 does.
+
+    All str, or all bool: unchanged. bool and int mixed: ints (`True` -> 1). Numbers mixed: floats.
+    Anything else (str mixed with numbers, nested values) raises ValueError naming `key`.
+    """
+    items = list(maybe_list)
+    if all(isinstance(item, str) for item in items):
+        return items
+    if all(isinstance(item, bool) for item in items):
+        return items
+    if all(isinstance(item, (int, bool)) for item in items):
+        return [int(item) for item in items]
+    if all(isinstance(item, (int, float)) for item in items):
+        return [float(item) for item in items]
+    kinds = sorted({type(item).__name__ for item in items})
+    raise ValueError(f"{key}: a list attribute must hold one primitive type, got {', '.join(kinds)}")
 
 
-def sanitize_attribute_value(value: Any, *, force: bool = True, key: str = "attribute") -> AttributeValue:
-    """One value made OpenTelemetry-valid.
+def sanitize_attribute_value(value: Any, force: bool = True, *, key: str = "attribute") -> AttributeValue:
+    """One value made OpenTelemetry-valid, as v0.3.
 
-    Primitives and homogeneous primitive lists pass unchanged (tuples become lists). Anything else is
-    JSON-encoded (`str()` when not JSON-serialisable) with `force=True`, or rejected with ValueError
-    naming `key` with `force=False`.
+    Primitives pass unchanged; lists are coerced by `sanitize_list_attribute_sanity` (or JSON-encoded when
+    they cannot be). Everything else, None included, is JSON-encoded; with `force=True` (the default)
+    values JSON cannot encode become `str()`, with `force=False` they raise ValueError naming `key`.
     """
     if isinstance(value, _PRIMITIVES):
         return value
-    if isinstance(value, (list, tuple)):
-        items = list(value)  # type: ignore[arg-type]
-        if _is_homogeneous_primitive_list(items):
-            return items  # type: ignore[return-value]
-        if not force:
-            sanitize_list_attribute_sanity(items, key=key)  # raises, naming what is wrong
-    if not force:
-        raise ValueError(
-            f"{key}: {type(value).__name__} is not a valid OpenTelemetry attribute value "
-            "(str, bool, int, float or a list of one of them); pass force=True to JSON-encode it"
-        )
+    if isinstance(value, list):
+        try:
+            return sanitize_list_attribute_sanity(value, key=key)  # type: ignore[arg-type]
+        except ValueError as exc:
+            logger.debug("%s; stored as JSON", exc)
     try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        logger.debug("attribute %r of type %s stored as str()", key, type(value).__name__)
-        return str(value)
+        return json.dumps(value, default=str if force else None)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{key}: a {type(value).__name__} is not JSON serialisable") from exc
 
 
-def sanitize_attributes(attributes: Mapping[str, Any], *, force: bool = True) -> Attributes:
-    """Make attributes OpenTelemetry-valid: drop None, keep primitives and homogeneous primitive lists.
+def sanitize_attributes(attributes: Mapping[str, Any], force: bool = True) -> Attributes:
+    """Make every value OpenTelemetry-valid with `sanitize_attribute_value` (None becomes `"null"`, as v0.3).
 
-    Everything else is JSON-encoded with `force=True` (the default) or rejected with ValueError naming
-    the key with `force=False`. Non-string keys are always rejected.
+    Non-string keys raise ValueError.
     """
     sanitized: Attributes = {}
     for key, value in attributes.items():
-        if value is None:
-            continue
         if not isinstance(key, str):  # type: ignore[redundant-expr]
             raise ValueError(f"attribute keys must be str, got {key!r} ({type(key).__name__})")
         sanitized[key] = sanitize_attribute_value(value, force=force, key=key)
     return sanitized
 
 
-def check_attributes_sanity(attributes: Mapping[str, Any]) -> None:
-    """Raise ValueError unless `attributes` is already a valid flat OpenTelemetry attribute mapping:
-    non-empty string keys, no key that is also a dotted prefix of another, and values that are
-    primitives or homogeneous primitive lists (None is not allowed)."""
+def check_attributes_sanity(attributes: Mapping[Any, Any]) -> None:
+    """Raise ValueError naming the key unless `attributes` is a valid flat OpenTelemetry mapping: string
+    keys and values that are primitives or lists `sanitize_list_attribute_sanity` accepts (None is not)."""
     for key, value in attributes.items():
-        if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]
-            raise ValueError(f"attribute keys must be non-empty str, got {key!r}")
-        if value is None:
-            raise ValueError(f"{key}: None is not a valid OpenTelemetry attribute value")
-        sanitize_attribute_value(value, force=False, key=key)
-    keys = set(attributes)
-    for key in keys:
-        parts = key.split(".")
-        for depth in range(1, len(parts)):
-            prefix = ".".join(parts[:depth])
-            if prefix in keys:
-                raise ValueError(f"attribute {prefix!r} is both a value and a prefix of {key!r}")
+        if not isinstance(key, str):
+            raise ValueError(f"attribute keys must be str, got {key!r} ({type(key).__name__})")
+        if isinstance(value, list):
+            sanitize_list_attribute_sanity(value, key=key)  # type: ignore[arg-type]
+        elif not isinstance(value, _PRIMITIVES):
+            raise ValueError(
+                f"{key}: attribute values must be str, int, float, bool or a list of them, got "
+                f"{type(value).__name__} ({value!r})"
+            )
 
 
 def filter_attributes(attributes: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """The attributes at `prefix` or under `prefix.` (keys kept whole)."""
-    dotted = prefix.rstrip(".") + "."
-    return {key: value for key, value in attributes.items() if key == dotted[:-1] or key.startswith(dotted)}
+    return {key: value for key, value in attributes.items() if key == prefix or key.startswith(prefix + ".")}
 
 
 def format_exception_attributes(exception: BaseException, *, escaped: bool = True) -> Attributes:
-    """The OpenTelemetry `exception.*` attributes describing `exception`."""
-    return {
-        "exception.type": type(exception).__qualname__,
+    """The OpenTelemetry `exception.*` attributes describing `exception` (as v0.3: the class's `__name__`,
+    the stack trace only when there is one to show)."""
+    attributes: Attributes = {
+        "exception.type": type(exception).__name__,
         "exception.message": str(exception),
         "exception.escaped": escaped,
-        "exception.stacktrace": "".join(
-            traceback.format_exception(type(exception), exception, exception.__traceback__)
-        ),
     }
+    stacktrace = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+    if stacktrace.strip():
+        attributes["exception.stacktrace"] = stacktrace
+    return attributes
 
 
 # ---- tags and links ----
@@ -248,13 +274,18 @@ def make_tag_attributes(tags: Iterable[str]) -> Attributes:
     return {f"{prefix}.{i}": str(tag) for i, tag in enumerate(tags)}
 
 
-def make_link_attributes(links: Mapping[str, Any]) -> Attributes:
-    """`{key: value}` -> `agentlightning.link.<i>.key_match` / `.value_match` attributes."""
+def make_link_attributes(links: Mapping[str, str]) -> Attributes:
+    """`{key: value}` -> `agentlightning.link.<i>.key_match` / `.value_match` attributes.
+
+    Values must be strings (ValueError naming the key otherwise), as in v0.3.
+    """
     prefix = LightningSpanAttributes.LINK.value
     attributes: Attributes = {}
     for i, (key, value) in enumerate(links.items()):
+        if not isinstance(value, str):  # type: ignore[redundant-expr]
+            raise ValueError(f"link value for {key!r} must be a string, got {type(value).__name__}")
         attributes[f"{prefix}.{i}.{LinkAttributes.KEY_MATCH.value}"] = str(key)
-        attributes[f"{prefix}.{i}.{LinkAttributes.VALUE_MATCH.value}"] = str(value)
+        attributes[f"{prefix}.{i}.{LinkAttributes.VALUE_MATCH.value}"] = value
     return attributes
 
 
@@ -336,10 +367,23 @@ def get_tracer_provider(inspect: bool = True) -> TracerProvider:
     return provider
 
 
-def get_tracer(name: str = "agentlightning") -> trace_api.Tracer:
-    """A tracer of the global SDK provider.
+def get_span_processors(tracer_provider: TracerProvider, expected_type: type[T_Processor]) -> list[T_Processor]:
+    """The span processors of `tracer_provider` that are instances of `expected_type`."""
+    multi = getattr(tracer_provider, "_active_span_processor", None)
+    processors = list(getattr(multi, "_span_processors", ()) or ())
+    return [processor for processor in processors if isinstance(processor, expected_type)]
 
-    Raises RuntimeError before a provider is set up (see `get_tracer_provider`): a tracer of the default
-    proxy provider would silently drop every span.
+
+def get_tracer(use_active_span_processor: bool = True) -> trace_api.Tracer:
+    """The `agentlightning` tracer of the global SDK provider.
+
+    With `use_active_span_processor=False` the tracer shares the provider's resource, sampler and id
+    generator but no span processor, so its spans are built and exported nowhere. Raises RuntimeError
+    before a provider is set up (see `get_tracer_provider`): a tracer of the default proxy provider would
+    silently drop every span.
     """
-    return get_tracer_provider(inspect=False).get_tracer(name)
+    provider = get_tracer_provider(inspect=False)
+    if use_active_span_processor:
+        return provider.get_tracer("agentlightning")
+    detached = TracerProvider(sampler=provider.sampler, resource=provider.resource, id_generator=provider.id_generator)
+    return detached.get_tracer("agentlightning")

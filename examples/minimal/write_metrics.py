@@ -37,7 +37,7 @@ from agentlightning.utils.server_launcher import pick_free_port
 
 
 async def workload(store: agl.LightningStore, tracker: MultiMetricsBackend, rollouts: int) -> None:
-    tracker.register_counter("example.tasks.total", ["kind"], "tasks this script ran")
+    tracker.register_counter("example.tasks.total", ["kind"], description="tasks this script ran")
     tracker.register_histogram("example.task.seconds", ["kind"], description="time per task")
     for i in range(rollouts):
         started = time.perf_counter()

@@ -34,7 +34,9 @@ def test_litellm_calls_ordered_by_sequence_id_even_with_shuffled_clocks():
     report = adapter.last_report
     assert report is not None
     assert report.n_triplets == 3
-    assert sorted(d.reason for d in report.dropped) == ["nested_llm_call"] * 3
+    # Each raw_gen_ai_request child is part of its litellm_request call: one LLM span per call, nothing dropped.
+    assert report.n_llm_spans == 3 and report.dropped == []
+    assert [t.metadata["merged_span_ids"] for t in triplets] == [[c[1].span_id] for c in (c1, c2, c3)]
     assert_accounted(report)
 
 

@@ -25,19 +25,18 @@ def test_annotation_values_are_validated_before_the_tracer_is_looked_up() -> Non
     # No active tracer: a valid annotation fails for that reason, a bad one for its value first.
     with pytest.raises(RuntimeError, match="no active tracer"):
         emit_annotation({"ok": 1})
-    with pytest.raises(ValueError, match="'judge.model' is None"):
+    with pytest.raises(ValueError, match="judge.model: .*NoneType"):
         emit_annotation({"judge": {"model": None}})
-    with pytest.raises(ValueError, match="'blob': a object cannot be recorded"):
+    with pytest.raises(ValueError, match="blob: .*object"):
         emit_annotation({"blob": object()})
-    with pytest.raises(ValueError, match="annotation keys"):
-        emit_annotation({"": 1})
+    with pytest.raises(ValueError, match="only string keys"):
+        emit_annotation({1: 1})  # type: ignore[dict-item]
+    # As v0.3: empty containers record nothing, mixed lists and lists of objects are expanded by index.
     core = emit_annotation({"mixed": [1, "a"], "empty": {}, "nested": [{"k": 1}]}, propagate=False)
-    assert core.attributes == {"mixed.0": 1, "mixed.1": "a", "empty": "{}", "nested.0.k": 1}
+    assert core.attributes == {"mixed.0": 1, "mixed.1": "a", "nested.0.k": 1}
 
 
-def test_annotation_rejects_bad_keys_and_non_dicts() -> None:
-    with pytest.raises(ValueError):
-        emit_annotation({"a..b": 1}, propagate=False)
+def test_annotation_rejects_non_dicts() -> None:
     with pytest.raises(TypeError):
         emit_annotation(["not", "a", "dict"], propagate=False)  # type: ignore[arg-type]
 
@@ -63,9 +62,10 @@ async def test_operation_decorator_records_name_inputs_and_output(traced: Traced
     assert add_span.name == "agentlightning.operation"
     assert add_span.attributes["agentlightning.operation.input.a"] == 1
     assert add_span.attributes["agentlightning.operation.input.b"] == 2
-    assert add_span.attributes["agentlightning.operation.input.args.0"] == 3
+    # v0.3's names: `*rest` under its own name, `**options` as a dict under its name.
+    assert add_span.attributes["agentlightning.operation.input.rest.0"] == 3
     assert add_span.attributes["agentlightning.operation.input.scale"] == 2.0
-    assert add_span.attributes["agentlightning.operation.input.mode"] == "fast"
+    assert add_span.attributes["agentlightning.operation.input.options.mode"] == "fast"
     assert add_span.attributes["agentlightning.operation.output.sum"] == 12.0
     assert add_span.attributes["agentlightning.operation.output.options.mode"] == "fast"
     assert fetch_span.attributes["category"] == "retrieval"

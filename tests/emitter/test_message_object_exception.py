@@ -24,13 +24,13 @@ async def test_message_span(traced: Traced) -> None:
 @pytest.mark.parametrize(
     ("value", "type_name", "key"),
     [
-        ("text", "builtins.str", "agentlightning.object.literal"),
-        (3, "builtins.int", "agentlightning.object.literal"),
-        (2.5, "builtins.float", "agentlightning.object.literal"),
-        (False, "builtins.bool", "agentlightning.object.literal"),
+        ("text", "str", "agentlightning.object.literal"),
+        (3, "int", "agentlightning.object.literal"),
+        (2.5, "float", "agentlightning.object.literal"),
+        (False, "bool", "agentlightning.object.literal"),
         (b"\x00\xffraw", "bytes", "agentlightning.object.literal"),
-        ({"a": [1, 2], "b": None}, "builtins.dict", "agentlightning.object.json"),
-        ([1, "x"], "builtins.list", "agentlightning.object.json"),
+        ({"a": [1, 2], "b": None}, "dict", "agentlightning.object.json"),
+        ([1, "x"], "list", "agentlightning.object.json"),
     ],
 )
 async def test_object_round_trips(traced: Traced, value: object, type_name: str, key: str) -> None:

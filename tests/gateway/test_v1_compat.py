@@ -19,7 +19,7 @@ from agentlightning.adapter import TracerTraceToTriplet
 from agentlightning.emitter import find_final_reward
 from agentlightning.gateway import Gateway, GatewayConfig
 from agentlightning.store.sqlite import SqliteLightningStore
-from agentlightning.types import AttemptedRollout
+from agentlightning.types import AttemptedRollout, Span
 from tests.support.openai_server import OpenAITestServer
 
 from .conftest import auth, post
@@ -111,6 +111,19 @@ async def test_registered_endpoints_route_calls_and_record_their_version(
     await gateway.stop()  # flushes the span
     (span,) = [s for s in await store.query_spans(attempt.rollout_id) if s.name == "openai.chat.completion"]
     assert span.attributes["agentlightning.gateway.model_version"] == 3
+    # The raw request span v0.3's LLM proxy records under a call is part of that call, not another event.
+    raw = Span.from_attributes(
+        name="raw_gen_ai_request",
+        attributes={"llm.hosted_vllm.prompt_token_ids": str(strict.responses[0]["prompt_token_ids"])},
+        rollout_id=span.rollout_id,
+        attempt_id=span.attempt_id,
+        sequence_id=span.sequence_id,
+        trace_id=span.trace_id,
+        parent_id=span.span_id,
+        start_time=span.start_time,
+        end_time=span.end_time,
+    )
+    await store.add_span(raw)
 
     await gateway.start()
     # v1.0's event reading: the call as a `model_request` event, trimmed to token ids with format=triplet.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any, Callable, Optional
 
 import pytest
@@ -10,8 +10,21 @@ import pytest
 from agentlightning.llm_proxy.models import ModelConfig
 from agentlightning.llm_proxy.proxy import LLMProxy, set_active_llm_proxy
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.types import AttemptedRollout
+from agentlightning.types import AttemptedRollout, Span
 from tests.support.openai_server import OpenAITestServer
+
+
+def call_spans(spans: Iterable[Span], name: str = "openai.chat.completion") -> list[Span]:
+    """The call spans of successful proxied calls, after checking v0.3's shape: each has exactly one
+    `raw_gen_ai_request` child with its sequence id, and the store holds nothing else."""
+    spans = list(spans)
+    calls = [s for s in spans if s.name == name]
+    raws = [s for s in spans if s.name == "raw_gen_ai_request"]
+    assert len(calls) + len(raws) == len(spans), [s.name for s in spans]
+    assert sorted(r.parent_id or "" for r in raws) == sorted(c.span_id for c in calls)
+    by_id = {c.span_id: c for c in calls}
+    assert all(r.sequence_id == by_id[r.parent_id or ""].sequence_id for r in raws)
+    return calls
 
 
 def model_entry(name: str, server: OpenAITestServer, backend_model: Optional[str] = None) -> ModelConfig:

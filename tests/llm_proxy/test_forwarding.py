@@ -22,7 +22,7 @@ from agentlightning.utils.server_launcher import PythonServerLauncher, PythonSer
 from tests.support.openai_server import ErrorReply, OpenAITestServer
 from tests.support.raw_stream_server import RawStreamServer, chat_chunk
 
-from .conftest import model_entry
+from .conftest import call_spans, model_entry
 
 HI: list[Any] = [{"role": "user", "content": "hi"}]
 
@@ -119,7 +119,7 @@ async def test_retries_move_on_to_the_next_deployment(
     for _ in range(2):  # round-robin starts once on each deployment
         await client.chat.completions.create(model="policy", messages=HI)
     assert len(backend.requests) == 2
-    spans = await store.query_spans(attempt.rollout_id)
+    spans = call_spans(await store.query_spans(attempt.rollout_id))
     attempts = sorted(int(str(span.attributes["agentlightning.llm_proxy.attempts"])) for span in spans)
     assert attempts == [1, 2]
 
@@ -243,8 +243,8 @@ async def test_legacy_completions_are_forwarded_and_recorded_with_token_ids(
     assert reply.choices[0].text == " Paris"
     stream = await client.completions.create(model="base", prompt="The capital of France is", stream=True)
     assert "".join([chunk.choices[0].text async for chunk in stream]) == " Paris"
-    spans = list(await store.query_spans(attempt.rollout_id))
-    assert [s.name for s in spans] == ["openai.completion", "openai.completion"]
+    spans = call_spans(await store.query_spans(attempt.rollout_id), "openai.completion")
+    assert len(spans) == 2
     for span in spans:
         assert span.attributes["gen_ai.request.type"] == "completion"
         assert span.attributes["gen_ai.prompt.0.content"] == "The capital of France is"
@@ -292,7 +292,7 @@ async def test_every_route_layout_is_served_with_and_without_the_rollout_prefix(
         models = await http.get(routed + suffix.replace("chat/completions", "models"))
         assert [m["id"] for m in models.json()["data"]] == ["policy"]
         assert (await http.get("/health")).json() == {"status": "ok"}
-    assert len(await store.query_spans(attempt.rollout_id)) == 1
+    assert len(call_spans(await store.query_spans(attempt.rollout_id))) == 1
 
 
 async def test_a_malformed_backend_chunk_is_relayed_and_the_call_recorded_with_an_error(

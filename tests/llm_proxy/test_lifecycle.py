@@ -16,7 +16,7 @@ from agentlightning.store_http.server import LightningStoreServer
 from agentlightning.types import LLM, AttemptedRollout, ProxyLLM
 from tests.support.openai_server import OpenAITestServer
 
-from .conftest import model_entry
+from .conftest import call_spans, model_entry
 
 HI: list[Any] = [{"role": "user", "content": "hi"}]
 
@@ -109,7 +109,7 @@ async def test_set_store_redirects_spans_of_a_running_proxy(proxy: LLMProxy, att
     proxy.set_store(other)
     assert proxy.get_store() is other
     await ask(proxy.as_resource(other_attempt.rollout_id, other_attempt.attempt.attempt_id).endpoint)
-    assert len(await other.query_spans(other_attempt.rollout_id)) == 1
+    assert len(call_spans(await other.query_spans(other_attempt.rollout_id))) == 1
 
 
 async def test_asyncio_mode_serves_from_the_callers_loop_with_a_plain_store(backend: OpenAITestServer):
@@ -121,7 +121,7 @@ async def test_asyncio_mode_serves_from_the_callers_loop_with_a_plain_store(back
         assert await ask(proxy.as_resource(attempt.rollout_id, attempt.attempt.attempt_id).endpoint) == "Echo: hi"
     finally:
         await proxy.stop()
-    assert len(await store.query_spans(attempt.rollout_id)) == 1
+    assert len(call_spans(await store.query_spans(attempt.rollout_id))) == 1
 
 
 async def test_thread_mode_warns_about_a_store_that_is_not_thread_safe(
@@ -158,7 +158,7 @@ async def test_mp_mode_records_spans_through_the_store_server_and_restarts_on_up
         client = openai.AsyncOpenAI(base_url=routed, api_key="unused", max_retries=0)
         stream = await client.chat.completions.create(model="policy", messages=HI, stream=True)
         assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "Echo: hi"
-        spans = list(await server.query_spans(attempt.rollout_id))
+        spans = call_spans(await server.query_spans(attempt.rollout_id))
         assert [s.sequence_id for s in spans] == [1, 2]
         assert all(s.attributes["response_token_ids"] for s in spans)
 
@@ -166,7 +166,7 @@ async def test_mp_mode_records_spans_through_the_store_server_and_restarts_on_up
         proxy.update_model_list([model_entry("renamed", backend)])  # the child process is restarted
         assert proxy.is_running() and proxy.endpoint == endpoint
         assert await ask(routed, "renamed") == "Echo: hi"
-        assert len(await server.query_spans(attempt.rollout_id)) == 3
+        assert len(call_spans(await server.query_spans(attempt.rollout_id))) == 3
     finally:
         await proxy.stop()
         await server.stop()

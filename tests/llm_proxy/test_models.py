@@ -40,11 +40,24 @@ def test_api_base_without_a_path_gets_the_openai_v1_prefix(api_base: str, expect
 
 def test_openai_entry_without_api_base_uses_openai_and_its_key(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     deployment = parse_model_config(entry("gpt", "gpt-4.1-mini", api_base=None), 3)
     assert deployment.provider == "openai"
     assert deployment.backend_model == "gpt-4.1-mini"
     assert deployment.api_base == "https://api.openai.com/v1"
     assert deployment.api_key == "sk-test"
+
+
+def test_openai_entry_without_api_base_honours_openai_base_url_then_openai_api_base(monkeypatch: pytest.MonkeyPatch):
+    # As LiteLLM, which v0.3's proxy ran on.
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9001/v1")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert parse_model_config(entry("gpt", "openai/gpt", api_base=None), 0).api_base == "http://127.0.0.1:9001/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9002")
+    assert parse_model_config(entry("gpt", "openai/gpt", api_base=None), 0).api_base == "http://127.0.0.1:9002/v1"
+    # An explicit api_base still wins.
+    assert parse_model_config(entry("gpt", "openai/gpt"), 0).api_base == "http://127.0.0.1:8000/v1"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,7 @@
-"""A multi-turn tool-using agent through the proxy: exact token ids per call, one span per call, triplets.
+"""A multi-turn tool-using agent through the proxy: exact token ids per call, one call span per call, triplets.
+
+Each call span also has v0.3's `raw_gen_ai_request` child (see test_raw_request_span.py); `llm_spans`
+reads the call spans.
 
 The agent uses the real `openai.AsyncOpenAI` client pointed at the routed base URL the proxy hands out;
 the backend is the loopback server, whose toy tokenizer makes every expected token id computable.
@@ -146,6 +149,7 @@ async def test_both_triplet_adapters_make_one_triplet_per_call_with_the_reward_o
         report = adapter.last_report
         assert report is not None
         assert report.n_triplets == 3 and report.n_triplets_without_token_ids == 0
+        assert report.n_llm_spans == 3 and report.dropped == []  # the raw_gen_ai_request children are parts
         assert report.token_drift == []  # each prompt extends the previous prompt + response
         assert report.unmatched_rewards == []
 
@@ -279,3 +283,21 @@ async def test_a_call_for_a_rollout_the_store_does_not_know_still_answers_the_ag
     assert reply.choices[0].message.tool_calls is not None
     assert (await store.statistics()).get("total_spans") == 0
     assert "rollout 'ro-elsewhere'" in caplog.text
+
+
+async def test_an_openai_entry_goes_to_openai_base_url(
+    monkeypatch: pytest.MonkeyPatch,
+    make_proxy: Any,
+    backend: OpenAITestServer,
+    store: InMemoryLightningStore,
+    attempt: AttemptedRollout,
+):
+    monkeypatch.setenv("OPENAI_BASE_URL", backend.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local")
+    proxy = await make_proxy([{"model_name": "policy", "litellm_params": {"model": f"openai/{backend.model}"}}])
+    client = routed_client(proxy, attempt)
+    answer = await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content
+    assert len(backend.requests) == 1 and backend.requests[0]["model"] == backend.model
+    (span,) = await llm_spans(store, attempt.rollout_id)
+    assert span.attributes["agentlightning.llm_proxy.api_base"] == backend.base_url.rstrip("/")

@@ -124,3 +124,25 @@ def test_agentops_tracer_pickles_without_runtime_state(
     clone = pickle.loads(pickle.dumps(tracer))
     assert isinstance(clone, AgentOpsTracer)
     assert clone.agentops_managed and clone.instrument_managed and clone.span_processor is None
+
+
+async def test_trace_context_records_an_agentops_session_span_beside_the_agents_spans(
+    agentops_tracer: tuple[AgentOpsTracer, InMemoryLightningStore], network_attempts: list[Any]
+) -> None:
+    # As v0.3: the trace context starts an AgentOps trace named after the rollout.
+    tracer, store = agentops_tracer
+    attempted = await store.start_rollout(input="q")
+    async with tracer.trace_context(rollout_id=attempted.rollout_id, attempt_id=attempted.attempt.attempt_id):
+        tracer.create_span("agentlightning.message", {"agentlightning.message.body": "hi"})
+    spans = list(await store.query_spans(attempted.rollout_id))
+    sessions = [s for s in spans if s.name.endswith(".session")]
+    assert [s.name for s in sessions] == [f"{attempted.rollout_id}.session"], [s.name for s in spans]
+    assert "agentlightning.message" in [s.name for s in spans]
+    with pytest.raises(RuntimeError, match="agent failed"):
+        async with tracer.trace_context("named"):
+            raise RuntimeError("agent failed")
+    (failed,) = [s for s in tracer.get_last_trace() if s.name == "named.session"]
+    end_states = {k: v for k, v in failed.attributes.items() if k.endswith("end_state")}
+    assert end_states and all("ERROR" in str(v).upper() for v in end_states.values()), failed.attributes
+    assert network_attempts == []
+    assert tracer.get_langchain_callback_handler == tracer.get_langchain_handler

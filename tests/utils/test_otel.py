@@ -68,6 +68,7 @@ def test_sanitize_keeps_valid_values_and_json_encodes_the_rest() -> None:
         "s": "x",
         "i": 1,
         "l": [1, 2],
+        "none": "null",
         "d": '{"k": 1}',
         "mixed": '[1, "a"]',
     }
@@ -124,7 +125,7 @@ def test_get_tracer_returns_a_usable_tracer() -> None:
     tracer = OtelTracer(instrument_openai=False)
     tracer.init_worker(0)
     try:
-        with get_tracer("agentlightning.tests").start_as_current_span("noop") as span:
+        with get_tracer().start_as_current_span("noop") as span:
             span.set_attribute("k", 1)
             assert span.get_span_context().is_valid
     finally:
@@ -147,7 +148,7 @@ def test_get_tracer_raises_before_a_provider_is_set_up() -> None:
         "provider = TracerProvider()\n"
         "trace.set_tracer_provider(provider)\n"
         "assert get_tracer_provider() is provider\n"
-        "assert get_tracer('x').start_span('s').get_span_context().is_valid\n"
+        "assert get_tracer().start_span('s').get_span_context().is_valid\n"
         "print('ok')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -196,36 +197,44 @@ def test_full_qualified_name() -> None:
 
 def test_sanitize_attribute_value_and_list_sanity() -> None:
     assert sanitize_attribute_value("x") == "x" and sanitize_attribute_value(2.5) == 2.5
-    assert sanitize_attribute_value((1, 2)) == [1, 2]
+    # As v0.3: tuples, dicts, None and lists that are not one primitive type are JSON text.
+    assert sanitize_attribute_value((1, 2)) == "[1, 2]"
     assert sanitize_attribute_value({"k": 1}) == '{"k": 1}'
+    assert sanitize_attribute_value(None) == "null"
     assert sanitize_attribute_value([1, "a"]) == '[1, "a"]'
-    with pytest.raises(ValueError, match="field: dict"):
-        sanitize_attribute_value({"k": 1}, force=False, key="field")
-    with pytest.raises(ValueError, match="one type, found int, str"):
-        sanitize_attribute_value([1, "a"], force=False)
+    assert sanitize_attribute_value({"k": 1}, force=False) == '{"k": 1}'
+    assert str(sanitize_attribute_value({"when": object()})).startswith('{"when": "<object')
+    with pytest.raises(ValueError, match="field: a dict is not JSON serialisable"):
+        sanitize_attribute_value({"k": object()}, force=False, key="field")
     assert sanitize_list_attribute_sanity([]) == [] and sanitize_list_attribute_sanity(("a", "b")) == ["a", "b"]
     with pytest.raises(ValueError, match="ids: .*dict"):
         sanitize_list_attribute_sanity([1, {"x": 1}], key="ids")
-    with pytest.raises(ValueError, match="one type, found bool, int"):
-        sanitize_list_attribute_sanity([True, 1])
+    with pytest.raises(ValueError, match="one primitive type, got int, str"):
+        sanitize_list_attribute_sanity([1, "a"])
 
 
-def test_sanitize_attributes_force_false_rejects_instead_of_encoding() -> None:
-    assert sanitize_attributes({"a": 1, "b": None, "l": ["x"]}, force=False) == {"a": 1, "l": ["x"]}
-    with pytest.raises(ValueError, match="d: dict"):
-        sanitize_attributes({"a": 1, "d": {"k": 1}}, force=False)
+def test_sanitize_attributes_force_false_rejects_what_json_cannot_encode() -> None:
+    assert sanitize_attributes({"a": 1, "b": None, "l": ["x"], "d": {"k": 1}}, force=False) == {
+        "a": 1,
+        "b": "null",
+        "l": ["x"],
+        "d": '{"k": 1}',
+    }
+    with pytest.raises(ValueError, match="o: a object is not JSON serialisable"):
+        sanitize_attributes({"a": 1, "o": object()}, force=False)
 
 
 def test_check_attributes_sanity() -> None:
-    check_attributes_sanity({"a.b": 1, "a.c": [1, 2], "s": "x"})
-    with pytest.raises(ValueError, match="'a' is both a value and a prefix"):
-        check_attributes_sanity({"a": 1, "a.b": 2})
-    with pytest.raises(ValueError, match="x: None"):
+    # As v0.3: only the keys' type and the values are checked.
+    check_attributes_sanity({"a.b": 1, "a.c": [1, 2], "s": "x", "a": 1, "": 2, "bools": [True, 1]})
+    with pytest.raises(ValueError, match="x: .*NoneType"):
         check_attributes_sanity({"x": None})
-    with pytest.raises(ValueError, match="d: dict"):
+    with pytest.raises(ValueError, match="d: .*dict"):
         check_attributes_sanity({"d": {"k": 1}})
-    with pytest.raises(ValueError, match="non-empty str"):
-        check_attributes_sanity({"": 1})
+    with pytest.raises(ValueError, match="l: .*one primitive type"):
+        check_attributes_sanity({"l": [1, "a"]})
+    with pytest.raises(ValueError, match="must be str"):
+        check_attributes_sanity({1: 1})
 
 
 def test_extract_tags_and_filter_attributes() -> None:
@@ -249,4 +258,56 @@ def test_get_tracer_provider_is_the_provider_the_otel_tracer_uses() -> None:
     try:
         assert get_tracer_provider() is tracer.tracer_provider
     finally:
+        tracer.teardown_worker(0)
+
+
+def test_v03_flatten_layout() -> None:
+    # Empty containers produce no key; a top-level list is expanded; tuples are leaves.
+    assert flatten_attributes({"a": {}, "b": [], "c": 1}) == {"c": 1}
+    assert flatten_attributes(["x", "y"]) == {"0": "x", "1": "y"}
+    assert flatten_attributes({"t": (1, 2)}) == {"t": (1, 2)}
+    with pytest.raises(ValueError, match="only string keys"):
+        flatten_attributes({"a": {1: "x"}})
+
+
+def test_v03_list_coercion_of_bools_ints_and_floats() -> None:
+    assert sanitize_list_attribute_sanity([True, False]) == [True, False]
+    assert sanitize_list_attribute_sanity([True, 2]) == [1, 2]
+    assert sanitize_list_attribute_sanity([1, 2.5, True]) == [1.0, 2.5, 1.0]
+    assert sanitize_attributes({"ids": [1, True]}) == {"ids": [1, 1]}
+    check_attributes_sanity({"ids": [1, True], "xs": [1, 2.5]})
+
+
+def test_v03_prefix_value_and_link_values() -> None:
+    with pytest.raises(ValueError, match="holds a value itself"):
+        filter_and_unflatten_attributes({"p": 1, "p.a": 2}, "p")
+    with pytest.raises(ValueError, match="must be a string"):
+        make_link_attributes({"span_id": 5})  # type: ignore[dict-item]
+
+
+def test_get_tracer_without_the_active_span_processor() -> None:
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from agentlightning.tracer.otel import OtelTracer, _detach_processor  # pyright: ignore[reportPrivateUsage]
+    from agentlightning.utils.otel import get_span_processors
+
+    class Collect(SpanProcessor):
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+
+        def on_end(self, span: ReadableSpan) -> None:
+            self.ended.append(span.name)
+
+    tracer = OtelTracer(instrument_openai=False)
+    tracer.init_worker(0)
+    provider = get_tracer_provider(inspect=False)
+    collect = Collect()
+    provider.add_span_processor(collect)
+    try:
+        assert get_span_processors(provider, Collect) == [collect]
+        get_tracer(use_active_span_processor=False).start_span("detached").end()
+        get_tracer().start_span("attached").end()
+        assert collect.ended == ["attached"]
+    finally:
+        _detach_processor(provider, collect)
         tracer.teardown_worker(0)

@@ -52,8 +52,11 @@ def tracked(group: str) -> Callable[[F], F]:
             finally:
                 labels = {"method": name, "status": status}
                 try:
-                    tracker.inc_counter(f"agl.{group}.total", labels=labels)
-                    tracker.observe_histogram(f"agl.{group}.duration", time.perf_counter() - started, labels=labels)
+                    # Awaited: v0.3-style backends implement these as coroutines.
+                    await tracker.inc_counter(f"agl.{group}.total", labels=labels)
+                    await tracker.observe_histogram(
+                        f"agl.{group}.duration", time.perf_counter() - started, labels=labels
+                    )
                 except Exception:
                     # Metrics must never fail a store call.
                     logger.debug("store metrics tracking failed", exc_info=True)
