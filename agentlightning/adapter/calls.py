@@ -60,7 +60,10 @@ class SpanNode(Protocol):
     @property
     def end_time(self) -> float: ...
 
-    def traverse(self) -> Iterator[SpanNode]:
+    @property
+    def parent(self) -> Optional[SpanNode]: ...
+
+    def traverse(self) -> Sequence[SpanNode]:
         """This node and every node below it, pre-order."""
         ...
 
@@ -253,7 +256,7 @@ def _visit_llm_candidate(
     return replace(context, call=call)
 
 
-def _is_raw_request_part(node: TraceTree, matcher: LlmCallMatcher) -> bool:
+def _is_raw_request_part(node: SpanNode, matcher: LlmCallMatcher) -> bool:
     """A `raw_gen_ai_request` span directly under an LLM-call span (v0.3's LiteLLM / LLM proxy shape)."""
     parent = node.parent
     if node.span.name != RAW_GEN_AI_REQUEST or parent is None or parent.synthetic:
