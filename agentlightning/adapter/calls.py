@@ -7,7 +7,7 @@ recorded in the `AdaptationReport` with the reason it was left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
