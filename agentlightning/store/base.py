@@ -29,6 +29,8 @@ from agentlightning.types import (
     WorkerStatus,
 )
 
+from ._finite import check_dequeue_wait
+
 if TYPE_CHECKING:
     from .idempotency import IdempotencyLedger
 
@@ -221,8 +223,6 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
         `dequeue_many_rollouts`). This default re-asks `dequeue_many_rollouts` every `queue_poll_seconds`;
         the built-in stores are woken by the enqueue instead (the HTTP client long-polls its server).
         """
-        from ._arguments import check_dequeue_wait  # `_arguments` builds on this module
-
         deadline = time.monotonic() + check_dequeue_wait(timeout)
         if limit <= 0:
             return []
