@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentlightning.store_http.client import LightningStoreClient
-from agentlightning.types import EnqueueRolloutRequest, Span
+from agentlightning.types import AUTO_SEQUENCE_ID, EnqueueRolloutRequest, Span
 from agentlightning.utils.server_launcher import pick_free_port
 
 
@@ -135,7 +135,9 @@ async def _bench(
     results.append(await _measure("dequeue+update", n, concurrency, 1, cycle))
 
     flow_spans = [
-        Span.from_attributes(rollout_id=rid, attempt_id=aid, sequence_id=0, attributes={"k": "v" * 100, "n": i})
+        Span.from_attributes(
+            rollout_id=rid, attempt_id=aid, sequence_id=AUTO_SEQUENCE_ID, attributes={"k": "v" * 100, "n": i}
+        )
         for i in range(5)
     ]
 

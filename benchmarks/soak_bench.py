@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentlightning.store_http.client import LightningStoreClient
-from agentlightning.types import Span
+from agentlightning.types import AUTO_SEQUENCE_ID, Span
 from agentlightning.utils.server_launcher import pick_free_port
 
 BACKENDS = ("memory", "sqlite", "postgres")
@@ -135,7 +135,7 @@ def make_spans(rollout_id: str, attempt_id: str, count: int, payload: str) -> li
         Span.from_attributes(
             rollout_id=rollout_id,
             attempt_id=attempt_id,
-            sequence_id=0,  # the store numbers them
+            sequence_id=AUTO_SEQUENCE_ID,  # the store numbers them
             name=f"llm.call.{k}",
             attributes={"gen_ai.prompt.0.content": payload, "gen_ai.usage.total_tokens": 100 + k},
         )

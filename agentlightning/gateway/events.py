@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentlightning.emitter.reward import reward_attributes
 from agentlightning.semconv import AGL_ANNOTATION, LightningResourceAttributes
-from agentlightning.types import Attributes, OtelResource, Span
+from agentlightning.types import AUTO_SEQUENCE_ID, Attributes, OtelResource, Span
 from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
 
 __all__ = ["GatewayEvent", "parse_event", "event_span", "REWARD_EVENT", "EVENT_TYPE_ATTRIBUTE", "GATEWAY_TRACER_NAME"]
@@ -81,7 +81,7 @@ def _event_attributes(event: GatewayEvent) -> Attributes:
 
 
 def event_span(event: GatewayEvent, rollout_id: str, attempt_id: str) -> Span:
-    """The span recording `event` (sequence id 0: the store assigns the next one)."""
+    """The span recording `event` (`AUTO_SEQUENCE_ID`: the store assigns the next one)."""
     moment = time.time()
     resource = OtelResource(
         attributes={
@@ -94,7 +94,7 @@ def event_span(event: GatewayEvent, rollout_id: str, attempt_id: str) -> Span:
         attributes=_event_attributes(event),
         rollout_id=rollout_id,
         attempt_id=attempt_id,
-        sequence_id=0,
+        sequence_id=AUTO_SEQUENCE_ID,
         name=AGL_ANNOTATION,
         start_time=moment,
         end_time=moment,

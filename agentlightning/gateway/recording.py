@@ -1,9 +1,9 @@
 """`GatewaySpanRecorder`: stores each finished gateway call as an LLM span, in one store round trip.
 
-The span is the one the LLM proxy records (`llm_proxy.spans.build_call_span`), written with sequence id
-0 so the store assigns the next one as it inserts it. Because the write completes before the end of the
-answer reaches the agent, anything the agent records afterwards (its reward) still sorts after the call,
-without the separate sequence-id request the proxy makes on arrival.
+The span is the one the LLM proxy records (`llm_proxy.spans.build_call_span`), written with
+`AUTO_SEQUENCE_ID` so the store assigns the next one as it inserts it. Because the write completes before
+the end of the answer reaches the agent, anything the agent records afterwards (its reward) still sorts
+after the call, without the separate sequence-id request the proxy makes on arrival.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from agentlightning.llm_proxy.call import ProxyCall
 from agentlightning.llm_proxy.callbacks import ProxyCallback
 from agentlightning.llm_proxy.spans import build_call_span
 from agentlightning.semconv import LightningResourceAttributes
+from agentlightning.types import AUTO_SEQUENCE_ID
 
 if TYPE_CHECKING:
     from agentlightning.llm_proxy.runtime import ProxyRuntime
@@ -31,7 +32,7 @@ class GatewaySpanRecorder(ProxyCallback):
         exporter = runtime.exporter
         if not call.is_attributed or exporter is None:
             return
-        span = build_call_span(call, 0)
+        span = build_call_span(call, AUTO_SEQUENCE_ID)
         span.resource.attributes.pop(LightningResourceAttributes.SPAN_SEQUENCE_ID.value, None)
         if not await exporter.export(span):
             logger.warning(

@@ -28,7 +28,7 @@ from agentlightning.utils.messages_format import (
 )
 
 from .llm_calls import CallFormat, client_capture_off, materialize_iterables, wrap_async_call, wrap_sync_call
-from .openai import request_to_attributes, response_to_attributes
+from .openai_chat import request_to_attributes, response_to_attributes
 from .openai_clients import install_safe_client_finalizers
 
 __all__ = [

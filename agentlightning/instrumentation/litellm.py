@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 from agentlightning.types import Attributes
 
 from .llm_calls import CallFormat, wrap_async_call, wrap_sync_call
-from .openai import ChatCompletionAccumulator, request_to_attributes, response_to_attributes
+from .openai_chat import ChatCompletionAccumulator, request_to_attributes, response_to_attributes
 
 __all__ = [
     "LITELLM_SPAN_NAME",

@@ -20,7 +20,7 @@ from agentlightning.utils.responses_format import (
 )
 
 from .llm_calls import CallFormat
-from .openai import request_to_attributes, response_to_attributes
+from .openai_chat import request_to_attributes, response_to_attributes
 
 __all__ = ["RESPONSES_SPAN_NAME", "RESPONSES_FORMAT", "responses_request_attributes", "responses_response_attributes"]
 

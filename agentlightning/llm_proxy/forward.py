@@ -24,7 +24,7 @@ from .call import ENDPOINT_OF_KIND, ProxyCall
 from .models import Deployment
 from .runtime import ProxyRuntime
 from .streaming import SSEResponseRecorder, response_to_sse_events
-from .translation import StreamTranslator, chat_response_to_client, client_error_response
+from .translation import SSE_HEADERS, StreamTranslator, client_error_response, translated_answer
 
 __all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES", "ReleaseAtEnd"]
 
@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504})
 RETRY_BACKOFF_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0)
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _DONE_MARKER = b"data: [DONE]"
 
 
@@ -173,22 +172,8 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
     if call.client_stream and call.response is not None:  # converted, or a backend that does not stream
         include_usage = bool((call.client_body.get("stream_options") or {}).get("include_usage"))
         events = response_to_sse_events(call.kind, call.response, include_usage=include_usage)
-        return Response(b"".join(events), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(b"".join(events), media_type="text/event-stream", headers=SSE_HEADERS)
     return Response(content, status_code=response.status, headers=_passthrough_headers(response))
-
-
-def translated_answer(call: ProxyCall) -> Response:
-    """The finished call's answer in the client's format (Responses / Messages), streamed if asked."""
-    api = call.client_api
-    if call.error is not None or call.response is None:
-        status = call.status_code if call.status_code is not None and call.status_code >= 400 else 502
-        return client_error_response(
-            api, status, call.error or "the backend gave no answer", error_type="upstream_error"
-        )
-    if call.client_stream:
-        events = StreamTranslator(api, call.client_body).finish(call.response)
-        return Response(events, media_type="text/event-stream", headers=_SSE_HEADERS)
-    return JSONResponse(chat_response_to_client(api, call.response, call.client_body))
 
 
 async def _finish_abandoned(
@@ -283,7 +268,7 @@ class _RelayResponse(StreamingResponse):
     """A streaming response that closes its relay when the exchange ends, however it ends."""
 
     def __init__(self, relay: _Relay, status_code: int) -> None:
-        super().__init__(relay.body, status_code=status_code, media_type="text/event-stream", headers=_SSE_HEADERS)
+        super().__init__(relay.body, status_code=status_code, media_type="text/event-stream", headers=SSE_HEADERS)
         self.relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

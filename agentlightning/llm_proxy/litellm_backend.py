@@ -12,21 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any, Optional
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agentlightning.instrumentation.litellm import capture_prompt_token_ids
-from agentlightning.instrumentation.openai import ChatCompletionAccumulator
+from agentlightning.instrumentation.openai_chat import ChatCompletionAccumulator
 
 from .call import ProxyCall
-from .models import OPENAI_COMPATIBLE_PROVIDERS, Deployment
+from .models import OPENAI_COMPATIBLE_PROVIDERS, Deployment, apply_litellm_settings, import_litellm
 from .runtime import ProxyRuntime
 from .streaming import response_to_sse_events
-from .translation import StreamTranslator, client_error_response
+from .translation import SSE_HEADERS, StreamTranslator, client_error_response, translated_answer
 
 __all__ = ["forward_with_litellm", "apply_litellm_settings"]
 
@@ -34,25 +33,8 @@ logger = logging.getLogger(__name__)
 
 _RETRYABLE = frozenset({408, 409, 429, 500, 502, 503, 504})
 _BACKOFF_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0)
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # Fields of our backends (vLLM) that other providers reject.
 _VLLM_ONLY_FIELDS = ("return_token_ids", "top_k", "min_p", "repetition_penalty")
-
-
-def _litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    try:
-        import litellm
-    except ImportError as exc:  # pragma: no cover - the model list refuses such entries without the extra
-        raise RuntimeError("this model-list entry needs LiteLLM: pip install agentlightning[litellm]") from exc
-    return litellm
-
-
-def apply_litellm_settings(settings: Mapping[str, Any]) -> None:
-    """Set `litellm_settings` of a LiteLLM config (e.g. `drop_params`) on the `litellm` module."""
-    litellm = _litellm()
-    for name, value in settings.items():
-        setattr(litellm, name, value)
 
 
 def _arguments(call: ProxyCall, deployment: Deployment, runtime: ProxyRuntime) -> dict[str, Any]:
@@ -95,7 +77,7 @@ def _error(call: ProxyCall) -> Response:
 
 async def _call_with_retries(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deployment]) -> Any:
     """LiteLLM's result, or None after recording the failure on `call`."""
-    litellm = _litellm()
+    litellm = import_litellm()
     attempts = runtime.num_retries + 1
     for attempt in range(attempts):
         deployment = deployments[attempt % len(deployments)]
@@ -128,18 +110,16 @@ async def forward_with_litellm(runtime: ProxyRuntime, call: ProxyCall, deploymen
         await _finish(runtime, call)
         return _error(call)
     if call.backend_stream:
-        return StreamingResponse(_relay(runtime, call, result), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return StreamingResponse(_relay(runtime, call, result), media_type="text/event-stream", headers=SSE_HEADERS)
     call.status_code = 200
     call.response = _dump(result)
     await _finish(runtime, call)
     if call.translated:
-        from .forward import translated_answer
-
         return translated_answer(call)
     if call.client_stream:
         include_usage = bool((call.client_body.get("stream_options") or {}).get("include_usage"))
         events = response_to_sse_events(call.kind, call.response, include_usage=include_usage)
-        return Response(b"".join(events), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return Response(b"".join(events), media_type="text/event-stream", headers=SSE_HEADERS)
     return JSONResponse(call.response)
 
 

@@ -22,6 +22,8 @@ from typing import Any, Optional, TypedDict
 from urllib.parse import urlsplit
 
 __all__ = [
+    "import_litellm",
+    "apply_litellm_settings",
     "LiteLLMParams",
     "ModelConfig",
     "Deployment",
@@ -245,3 +247,20 @@ class ModelRouter:
 
     def __len__(self) -> int:
         return sum(len(d) for d in self._deployments.values())
+
+
+def import_litellm() -> Any:
+    """The `litellm` module (its bundled model cost map, no download), or a RuntimeError naming the extra."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as exc:  # pragma: no cover - the model list refuses such entries without the extra
+        raise RuntimeError("this model-list entry needs LiteLLM: pip install agentlightning[litellm]") from exc
+    return litellm
+
+
+def apply_litellm_settings(settings: Mapping[str, Any]) -> None:
+    """Set `litellm_settings` of a LiteLLM config (e.g. `drop_params`) on the `litellm` module."""
+    litellm = import_litellm()
+    for name, value in settings.items():
+        setattr(litellm, name, value)

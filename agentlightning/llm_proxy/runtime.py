@@ -15,27 +15,41 @@ import asyncio
 import logging
 import os
 from collections.abc import Collection, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import aiohttp
 
 from agentlightning.utils.pause import PauseGate
 
 from .call import ProxyCall
-from .callbacks import ProxyCallback
 from .exporter import LightningSpanExporter
-from .middleware import ProxyMiddleware
-from .models import ModelRouter
+from .models import ModelRouter, apply_litellm_settings
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
 
-__all__ = ["ProxyRuntime", "DEFAULT_REQUEST_TIMEOUT_SECONDS"]
+__all__ = ["ProxyRuntime", "CallHooks", "MiddlewareHooks", "DEFAULT_REQUEST_TIMEOUT_SECONDS"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 600.0
 CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+class MiddlewareHooks(Protocol):
+    """What the runtime calls on a middleware (`middleware.ProxyMiddleware` is one)."""
+
+    def on_request(self, call: ProxyCall, runtime: ProxyRuntime) -> None: ...
+
+    def on_response(self, call: ProxyCall, runtime: ProxyRuntime) -> None: ...
+
+
+class CallHooks(Protocol):
+    """What the runtime calls on a callback (`callbacks.ProxyCallback` is one)."""
+
+    def on_request(self, call: ProxyCall, runtime: ProxyRuntime) -> None: ...
+
+    async def on_call_end(self, call: ProxyCall, runtime: ProxyRuntime) -> None: ...
 
 
 def _retrieve_exception(task: asyncio.Future[Any]) -> None:
@@ -50,8 +64,8 @@ class ProxyRuntime:
         self,
         router: ModelRouter,
         store: Optional[LightningStore],
-        middlewares: Sequence[ProxyMiddleware],
-        callbacks: Sequence[ProxyCallback],
+        middlewares: Sequence[MiddlewareHooks],
+        callbacks: Sequence[CallHooks],
         *,
         num_retries: int = 0,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
@@ -95,8 +109,6 @@ class ProxyRuntime:
         )
         self.exporter = LightningSpanExporter(self.store) if self.store is not None else None
         if self.litellm_settings:
-            from .litellm_backend import apply_litellm_settings
-
             apply_litellm_settings(self.litellm_settings)
 
     async def shutdown(self) -> None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from agentlightning.instrumentation.openai import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
+from agentlightning.instrumentation.openai_chat import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
 from agentlightning.semconv import RAW_GEN_AI_REQUEST, LightningResourceAttributes
 from agentlightning.types import Attributes, OtelResource, Span, TraceStatus
 from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled

@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any, Callable, Optional
 
-from agentlightning.instrumentation.openai import ChatCompletionAccumulator, stream_index
+from agentlightning.instrumentation.openai_chat import ChatCompletionAccumulator, stream_index
 
 from .call import CallKind
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from agentlightning.utils.messages_format import (
     ChatToMessagesStream,
@@ -28,7 +28,7 @@ from agentlightning.utils.responses_format import (
     responses_request_to_chat,
 )
 
-from .call import ClientApi
+from .call import ClientApi, ProxyCall
 
 __all__ = [
     "ClientApi",
@@ -38,7 +38,12 @@ __all__ = [
     "chat_response_to_client",
     "client_error_response",
     "StreamTranslator",
+    "SSE_HEADERS",
+    "translated_answer",
 ]
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""Headers of every server-sent-events answer of the proxy (no caching, no proxy buffering)."""
 
 TRANSLATED_APIS: frozenset[str] = frozenset({"responses", "messages"})
 """Client APIs served through a chat-completions backend call."""
@@ -110,3 +115,17 @@ class StreamTranslator:
         if isinstance(self._stream, ChatToMessagesStream):
             return _sse({"type": "error", "error": {"type": "api_error", "message": message}})
         return _sse({"type": "error", "code": "upstream_error", "message": message, "param": None})
+
+
+def translated_answer(call: ProxyCall) -> Response:
+    """The finished call's answer in the client's format (Responses / Messages), streamed if asked."""
+    api = call.client_api
+    if call.error is not None or call.response is None:
+        status = call.status_code if call.status_code is not None and call.status_code >= 400 else 502
+        return client_error_response(
+            api, status, call.error or "the backend gave no answer", error_type="upstream_error"
+        )
+    if call.client_stream:
+        events = StreamTranslator(api, call.client_body).finish(call.response)
+        return Response(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    return JSONResponse(chat_response_to_client(api, call.response, call.client_body))

@@ -18,6 +18,7 @@ from agentlightning.adapter.llm_call import DEFAULT_LLM_CALL_MATCH, looks_like_l
 from agentlightning.emitter import emit_exception, emit_reward
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
+    AUTO_SEQUENCE_ID,
     LLM,
     AttemptedRollout,
     NamedResources,
@@ -154,7 +155,7 @@ class RolloutResults(Generic[T_task]):
     async def _store_core_span(self, rollout: AttemptedRollout, core: SpanCoreFields) -> Span:
         """Store one span built by the runner; the store gives it the next sequence id in the same call."""
         span = Span.from_core_fields(
-            core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
+            core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=AUTO_SEQUENCE_ID
         )
         await self._flush_deferred_trace()
         stored = await self.get_store().add_many_spans([span])
@@ -191,7 +192,11 @@ class RolloutResults(Generic[T_task]):
         )
 
     async def _attribute_spans(self, rollout: AttemptedRollout, spans: list[Span]) -> list[Span]:
-        """Tie returned spans to the running attempt, allocating sequence ids where none were set."""
+        """Tie returned spans to the running attempt, allocating sequence ids where none were set.
+
+        An agent's span with sequence id 0 (what `Span.from_attributes` leaves) counts as unset too: stored as
+        0 it would sort before the attempt's traced spans, and a reward in it would reach no LLM call.
+        """
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         foreign = [s for s in spans if s.rollout_id not in ("", rollout_id) or s.attempt_id not in ("", attempt_id)]
         if foreign:
@@ -250,7 +255,10 @@ class RolloutResults(Generic[T_task]):
             core.status = TraceStatus(status_code="ERROR", description=summary)
             if self._trace_deferred:
                 span = Span.from_core_fields(
-                    core, rollout_id=rollout.rollout_id, attempt_id=rollout.attempt.attempt_id, sequence_id=0
+                    core,
+                    rollout_id=rollout.rollout_id,
+                    attempt_id=rollout.attempt.attempt_id,
+                    sequence_id=AUTO_SEQUENCE_ID,
                 )
                 self._deferred_spans.append(span)
                 return span

@@ -35,14 +35,12 @@ from ..utils.responses_format import (
     sse_encode,
 )
 from .adapters import UnknownAdapterError
-from .completions import ClientGone, complete_chat, submit_chat, unless_disconnected
+from .completions import ClientGone, GatedPolicy, complete_chat, submit_chat, unless_disconnected
 from .protocol import ChatCompletionRequest, openai_error
 
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from starlette.responses import Response
-
-    from .server import PolicyServer
 
 __all__ = ["add_api_routes", "RESPONSES_API", "MESSAGES_API", "ChatDialect"]
 
@@ -98,7 +96,7 @@ def _events(events: list[Dict[str, Any]]) -> Iterator[bytes]:
         yield sse_encode(event)
 
 
-async def _answer(server: PolicyServer, dialect: ChatDialect, request: Request) -> Response:
+async def _answer(server: GatedPolicy, dialect: ChatDialect, request: Request) -> Response:
     from starlette.responses import JSONResponse, StreamingResponse
 
     def failure(status_code: int, message: str, error_type: str = "invalid_request_error") -> JSONResponse:
@@ -145,7 +143,7 @@ async def _answer(server: PolicyServer, dialect: ChatDialect, request: Request) 
     return JSONResponse(content=dialect.from_chat(completion, body))  # type: ignore[arg-type]
 
 
-def add_api_routes(app: FastAPI, server: PolicyServer, dialects: Optional[list[ChatDialect]] = None) -> None:
+def add_api_routes(app: FastAPI, server: GatedPolicy, dialects: Optional[list[ChatDialect]] = None) -> None:
     """Serve `POST /v1/responses` and `POST /v1/messages` on the policy server's app."""
 
     def route(dialect: ChatDialect) -> Callable[[Request], Any]:

@@ -8,21 +8,53 @@ translate the answer back, token ids and logprobs included.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Protocol, TypeVar
 
 from .adapters import adapter_model_name, resolve_adapter
 from .chat import parse_tool_calls, render_chat_prompt
-from .engine import CompletionStream, SequenceDelta, SequenceEnd
+from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from .server import PolicyServer
+    from ..utils.pause import PauseGate
 
-__all__ = ["ClientGone", "submit_chat", "complete_chat", "unless_disconnected", "usage", "wants_token_ids"]
+__all__ = [
+    "ClientGone",
+    "ServedPolicy",
+    "GatedPolicy",
+    "submit_chat",
+    "complete_chat",
+    "unless_disconnected",
+    "usage",
+    "wants_token_ids",
+]
 
 T = TypeVar("T")
+
+
+class ServedPolicy(Protocol):
+    """What answering a chat needs of the policy server (`server.PolicyServer` is one)."""
+
+    @property
+    def engine(self) -> PolicyEngine: ...
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def default_max_tokens(self) -> int: ...
+
+    @property
+    def always_logprobs(self) -> bool: ...
+
+
+class GatedPolicy(ServedPolicy, Protocol):
+    """A served policy whose requests wait at a pause gate while its weights are swapped."""
+
+    @property
+    def gate(self) -> PauseGate: ...
 
 
 class ClientGone(Exception):
@@ -60,7 +92,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
     }
 
 
-def submit_chat(server: PolicyServer, body: ChatCompletionRequest) -> CompletionStream:
+def submit_chat(server: ServedPolicy, body: ChatCompletionRequest) -> CompletionStream:
     """Render the prompt and hand it to the engine.
 
     Raises:
@@ -75,7 +107,7 @@ def submit_chat(server: PolicyServer, body: ChatCompletionRequest) -> Completion
     return engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
 
 
-async def complete_chat(server: PolicyServer, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:
+async def complete_chat(server: ServedPolicy, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:
     """The chat-completions response dict once every sequence of `stream` has ended."""
     tokenizer = server.engine.tokenizer
     tops: Dict[int, List[List[tuple[int, float]]]] = {i: [] for i in range(stream.n)}

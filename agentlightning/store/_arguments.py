@@ -7,7 +7,6 @@ data (a change dict, a rollout draft, query filters) that a backend then applies
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -24,7 +23,14 @@ from agentlightning.types.core import (
 )
 from agentlightning.types.tracer import Span
 
-from ._finite import check_finite, check_finite_number, encode_non_finite, finite_span
+from ._finite import (
+    check_dequeue_wait,
+    check_finite,
+    check_finite_number,
+    check_wait_timeout,
+    encode_non_finite,
+    finite_span,
+)
 from .base import UnknownEntityError, is_unset
 from .utils import (
     check_attempt_status,
@@ -217,28 +223,6 @@ def check_worker_id(worker_id: Any) -> None:
     if worker_id is not None and not isinstance(worker_id, str):
         raise ValueError(f"worker_id must be a string or None, got {type(worker_id).__name__}")
     check_text("worker_id", worker_id)
-
-
-def check_wait_timeout(timeout: Any) -> Optional[float]:
-    """The deadline of `wait_for_rollouts` in seconds: None (or +inf) waits without one; NaN and negatives are refused."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
-    return None if math.isinf(timeout) else float(timeout)
-
-
-def check_dequeue_wait(timeout: Any) -> float:
-    """How long `wait_for_dequeue` may wait for work, in seconds: a finite number >= 0."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or math.isnan(timeout)
-        or math.isinf(timeout)
-        or timeout < 0
-    ):
-        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
-    return float(timeout)
 
 
 # ---- attempts and workers ----

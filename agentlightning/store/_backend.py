@@ -25,9 +25,9 @@ from agentlightning.types import (
 
 from . import _arguments as arguments
 from .base import LightningStore
-from .collection.tracking import register_store_metrics, tracked
-from .collection.waiters import CompletionWaiters, QueueWaiters, dequeue_when_available, wait_until_finished
+from .tracking import register_store_metrics, tracked
 from .utils import Clock
+from .waiters import CompletionWaiters, QueueWaiters, dequeue_when_available, wait_until_finished
 from .watchdog import Watchdog, healthcheck_before
 
 __all__ = ["BackendLightningStore"]

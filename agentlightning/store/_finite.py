@@ -23,7 +23,15 @@ import pydantic_core
 
 from agentlightning.types.tracer import Event, Link, Span
 
-__all__ = ["NON_FINITE_STRINGS", "check_finite", "check_finite_number", "encode_non_finite", "finite_span"]
+__all__ = [
+    "NON_FINITE_STRINGS",
+    "check_dequeue_wait",
+    "check_finite",
+    "check_finite_number",
+    "check_wait_timeout",
+    "encode_non_finite",
+    "finite_span",
+]
 
 #: How a non-finite number is written in telemetry (the spellings of JavaScript and Python's json module).
 NON_FINITE_STRINGS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
@@ -92,6 +100,28 @@ def check_finite_number(value: Any, field: str) -> None:
     """Refuse a non-finite time or duration (a number field of a record, not a document)."""
     if isinstance(value, float) and _non_finite(value):
         raise ValueError(f"{field} must be a finite number, got {value!r}")
+
+
+def check_wait_timeout(timeout: Any) -> Optional[float]:
+    """The deadline of `wait_for_rollouts` in seconds: None (or +inf) waits without one; NaN and negatives are refused."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
+
+
+def check_dequeue_wait(timeout: Any) -> float:
+    """How long `wait_for_dequeue` may wait for work, in seconds: a finite number >= 0."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or math.isnan(timeout)
+        or math.isinf(timeout)
+        or timeout < 0
+    ):
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+    return float(timeout)
 
 
 def _text(value: float) -> str:

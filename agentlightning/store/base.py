@@ -29,6 +29,8 @@ from agentlightning.types import (
     WorkerStatus,
 )
 
+from ._finite import check_dequeue_wait
+
 if TYPE_CHECKING:
     from .idempotency import IdempotencyLedger
 
@@ -221,8 +223,6 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
         `dequeue_many_rollouts`). This default re-asks `dequeue_many_rollouts` every `queue_poll_seconds`;
         the built-in stores are woken by the enqueue instead (the HTTP client long-polls its server).
         """
-        from ._arguments import check_dequeue_wait  # `_arguments` builds on this module
-
         deadline = time.monotonic() + check_dequeue_wait(timeout)
         if limit <= 0:
             return []
@@ -311,7 +311,7 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
         """Store an attempt's last spans, then set its final `status`: one call (one request over HTTP).
 
         The same as `add_many_spans(spans)` followed by `update_attempt(rollout_id, attempt_id, status=status)`:
-        spans with `sequence_id <= 0` are numbered by the store, and they are stored even when the status
+        spans with a negative `sequence_id` (`AUTO_SEQUENCE_ID`) are numbered by the store, and they are stored even when the status
         update is then refused (e.g. `StaleAttemptError`). Every span must belong to this attempt.
         """
         for span in spans:
@@ -329,16 +329,18 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
     async def add_span(self, span: Span) -> Optional[Span]:
         """Store a span of an existing rollout attempt; the span is also that attempt's heartbeat.
 
-        A span with `sequence_id <= 0` gets the rollout's next sequence id (the stored span carries it).
+        A span with a negative `sequence_id` (`AUTO_SEQUENCE_ID`) gets the rollout's next sequence id (the stored
+        span carries it). Any other id, 0 included, is stored as given, and the rollout's next ids follow the
+        highest one stored (as in v0.3).
         """
         raise NotImplementedError(_unimplemented(self, "add_span"))
 
     async def add_many_spans(self, spans: Sequence[Span]) -> Sequence[Span]:
-        """Store several spans at once; those with `sequence_id <= 0` get their rollout's next ids, in order.
+        """Store several spans at once; those with a negative `sequence_id` get their rollout's next ids, in order.
 
         Lets a writer store spans with one call instead of allocating ids first (one round trip over HTTP).
         """
-        unsequenced = [i for i, span in enumerate(spans) if span.sequence_id <= 0]
+        unsequenced = [i for i, span in enumerate(spans) if span.sequence_id < 0]
         if unsequenced:
             pairs = [(spans[i].rollout_id, spans[i].attempt_id) for i in unsequenced]
             allocated = dict(zip(unsequenced, await self.get_many_span_sequence_ids(pairs), strict=True))

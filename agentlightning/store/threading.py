@@ -13,8 +13,8 @@ from agentlightning.types import AttemptedRollout, Rollout
 
 from . import _arguments as arguments
 from .base import LightningStore, LightningStoreCapabilities
-from .collection.waiters import CompletionWaiter
 from .forwarding import ForwardingLightningStore
+from .waiters import CompletionWaiter
 
 __all__ = ["LightningStoreThreaded"]
 

@@ -362,6 +362,6 @@ def sequence_floors(spans: Sequence[Span]) -> dict[str, int]:
     """Per rollout, the highest sequence id the spans carry: the rollout's next allocated id must exceed it."""
     floors: dict[str, int] = {}
     for span in spans:
-        if span.sequence_id > 0:
+        if span.sequence_id >= 0:
             floors[span.rollout_id] = max(floors.get(span.rollout_id, 0), span.sequence_id)
     return floors

@@ -335,10 +335,10 @@ def now_from(clock: Optional[Clock]) -> float:
 
 
 def count_unsequenced_spans(spans: Iterable[Span]) -> dict[str, int]:
-    """Per rollout, how many spans arrive without a sequence id (`sequence_id <= 0`: the store allocates one)."""
+    """Per rollout, how many spans arrive without a sequence id (a negative one: the store allocates one)."""
     missing: dict[str, int] = {}
     for span in spans:
-        if span.sequence_id <= 0:
+        if span.sequence_id < 0:
             missing[span.rollout_id] = missing.get(span.rollout_id, 0) + 1
     return missing
 
@@ -348,7 +348,7 @@ def assign_sequence_ids(spans: Sequence[Span], first_ids: dict[str, int]) -> lis
     next_ids = dict(first_ids)
     assigned: list[Span] = []
     for span in spans:
-        if span.sequence_id > 0:
+        if span.sequence_id >= 0:
             assigned.append(span)
             continue
         assigned.append(span.model_copy(update={"sequence_id": next_ids[span.rollout_id]}))

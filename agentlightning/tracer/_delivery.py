@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan
 
 from agentlightning.semconv import LightningResourceAttributes
-from agentlightning.types import Span
+from agentlightning.types import AUTO_SEQUENCE_ID, Span
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -224,8 +224,8 @@ class TraceSession:
         store = self.store
         assert store is not None
         rollout_id, attempt_id = self.rollout_id, self.attempt_id
-        # Sequence id 0: the store numbers the batch itself, in order, within the same call.
-        spans = [self._to_span(item, 0) for item in batch]
+        # AUTO_SEQUENCE_ID: the store numbers the batch itself, in order, within the same call.
+        spans = [self._to_span(item, AUTO_SEQUENCE_ID) for item in batch]
         try:
             stored = await asyncio.wait_for(store.add_many_spans(spans), self._write_timeout)
         except Exception as exc:
@@ -242,7 +242,7 @@ class TraceSession:
                     exc,
                 )
             stored = []
-        if len(stored) == len(spans) and all(s.sequence_id > 0 for s in stored):
+        if len(stored) == len(spans) and all(s.sequence_id >= 0 for s in stored):
             self._spans.extend(stored)
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)
@@ -339,7 +339,7 @@ class TraceSession:
         with self._lock:
             batch, self._pending = self._pending, []
             self._keeping = False
-        spans = [self._to_span(item, 0) for item in batch]
+        spans = [self._to_span(item, AUTO_SEQUENCE_ID) for item in batch]
         try:
             with _suppressed():
                 finished = await store.finish_attempt(self.rollout_id, self.attempt_id, status, [*spans, *extra])
@@ -347,7 +347,7 @@ class TraceSession:
             self._spans.extend(self._convert_locally(item) for item in batch)
             raise
         traced = finished.spans[: len(spans)]
-        if len(finished.spans) == len(spans) + len(extra) and all(s.sequence_id > 0 for s in traced):
+        if len(finished.spans) == len(spans) + len(extra) and all(s.sequence_id >= 0 for s in traced):
             self._spans.extend(traced)
         else:
             self._spans.extend(self._convert_locally(item) for item in batch)

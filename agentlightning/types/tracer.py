@@ -17,6 +17,7 @@ from opentelemetry.trace import format_span_id, format_trace_id
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AUTO_SEQUENCE_ID",
     "AttributeValue",
     "Attributes",
     "TraceState",
@@ -38,6 +39,11 @@ AttributeValue = Union[str, bool, int, float, Sequence[str], Sequence[bool], Seq
 Attributes = dict[str, AttributeValue]
 TraceState = dict[str, str]
 StatusCode = Literal["UNSET", "OK", "ERROR"]
+
+AUTO_SEQUENCE_ID = -1
+"""The `sequence_id` of a span the store should number: a store gives a span with a negative sequence id the
+rollout's next id in the same call (`add_span`, `add_many_spans`, `finish_attempt`, OTLP). Every id from 0 up is
+a real id, stored as given (as in v0.3)."""
 
 
 class SpanNames(str, Enum):

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import pytest
 
 from agentlightning.store import InMemoryLightningStore, LightningStore
-from agentlightning.types import Span
+from agentlightning.types import AUTO_SEQUENCE_ID, Span
 
 from .factories import span_of
 
@@ -32,14 +32,14 @@ async def test_default_add_many_spans_allocates_missing_sequence_ids_first() -> 
     store = SpanByOneStore()
     started = await store.start_rollout(input=1)
     batch: Sequence[Span] = [
-        span_of(started, 0, name="a"),
+        span_of(started, AUTO_SEQUENCE_ID, name="a"),
         span_of(started, 7, name="b"),
-        span_of(started, 0, name="c"),
+        span_of(started, AUTO_SEQUENCE_ID, name="c"),
     ]
     stored = await store.add_many_spans(batch)
     assert [(s.name, s.sequence_id) for s in stored] == [("a", 1), ("b", 7), ("c", 2)]
     assert store.received == [1, 7, 2]  # add_span never sees an unnumbered span
-    assert [s.sequence_id for s in batch] == [0, 7, 0]
+    assert [s.sequence_id for s in batch] == [AUTO_SEQUENCE_ID, 7, AUTO_SEQUENCE_ID]
 
 
 # ---- v0.3 compatibility: no abstract methods on the contract ----

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentlightning.store import LightningStore
-from agentlightning.types import PaginatedResult
+from agentlightning.types import AUTO_SEQUENCE_ID, PaginatedResult
 
 from .backends import Backend
-from .factories import make_span, span_of
+from .factories import finished_otel_span, make_span, span_of
 
 
 async def test_limit_zero_returns_an_empty_page_with_the_total(store: LightningStore) -> None:
@@ -80,3 +80,29 @@ async def test_sequence_ids_continue_after_an_explicit_add_span(store: Lightning
     await store.add_span(make_span(started.rollout_id, started.attempt.attempt_id, 7))
     assert await store.get_next_span_sequence_id(started.rollout_id, started.attempt.attempt_id) == 8
     assert await store.get_next_span_sequence_id(started.rollout_id, started.attempt.attempt_id) == 9
+
+
+async def test_an_explicit_sequence_id_zero_is_stored_as_zero(store: LightningStore) -> None:
+    """As v0.3: 0 is a real id (stored as given), and the rollout's next id is 1."""
+    started = await store.start_rollout(input=1)
+    rollout_id, attempt_id = started.rollout_id, started.attempt.attempt_id
+    stored = await store.add_span(span_of(started, 0, name="zero"))
+    assert stored is not None and stored.sequence_id == 0
+    assert await store.get_next_span_sequence_id(rollout_id, attempt_id) == 1
+    (batched,) = await store.add_many_spans([span_of(started, 0, name="zero-batched")])
+    assert batched.sequence_id == 0
+    assert await store.get_next_span_sequence_id(rollout_id, attempt_id) == 2
+    spans = await store.query_spans(rollout_id)
+    assert [(s.name, s.sequence_id) for s in spans] == [("zero", 0), ("zero-batched", 0)]
+
+
+async def test_an_explicit_sequence_id_zero_leaves_a_higher_counter_alone(store: LightningStore) -> None:
+    """As v0.3: the counter is raised to the highest id seen (0 never lowers it); otel spans the same."""
+    started = await store.start_rollout(input=1)
+    rollout_id, attempt_id = started.rollout_id, started.attempt.attempt_id
+    assert await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * 5) == [1, 2, 3, 4, 5]
+    otel = await store.add_otel_span(rollout_id, attempt_id, finished_otel_span("llm"), sequence_id=0)
+    assert otel is not None and otel.sequence_id == 0
+    assert await store.get_next_span_sequence_id(rollout_id, attempt_id) == 6
+    numbered = await store.add_span(span_of(started, AUTO_SEQUENCE_ID, name="auto"))
+    assert numbered is not None and numbered.sequence_id == 7

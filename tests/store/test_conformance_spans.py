@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store import LightningStore
 from agentlightning.store.transitions import StaleAttemptError
+from agentlightning.types import AUTO_SEQUENCE_ID as AUTO
 from agentlightning.types import RolloutConfig
 
 from .backends import Backend, FakeClock
-from .factories import make_span, span_of, stats_of
-
-
-def finished_otel_span(name: str) -> ReadableSpan:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with provider.get_tracer("test").start_as_current_span(name) as span:
-        span.set_attribute("answer", 42)
-    provider.shutdown()
-    (finished,) = exporter.get_finished_spans()
-    return finished
-
+from .factories import finished_otel_span, make_span, span_of, stats_of
 
 # ---- validation ----
 
@@ -154,11 +140,16 @@ async def test_spans_without_sequence_id_get_the_next_ones_in_batch_order(store:
     a = await store.start_rollout(input="a")
     b = await store.start_rollout(input="b")
     await store.add_span(span_of(a, 4, name="explicit"))
-    batch = [span_of(a, 0, name="a1"), span_of(b, 0, name="b1"), span_of(a, 0, name="a2"), span_of(b, 9, name="b9")]
+    batch = [
+        span_of(a, AUTO, name="a1"),
+        span_of(b, AUTO, name="b1"),
+        span_of(a, AUTO, name="a2"),
+        span_of(b, 9, name="b9"),
+    ]
     stored = await store.add_many_spans(batch)
     assert [(s.name, s.sequence_id) for s in stored] == [("a1", 5), ("b1", 10), ("a2", 6), ("b9", 9)]
-    assert [s.sequence_id for s in batch] == [0, 0, 0, 9]  # the caller's spans are not modified
-    single = await store.add_span(span_of(a, 0, name="a3"))
+    assert [s.sequence_id for s in batch] == [AUTO, AUTO, AUTO, 9]  # the caller's spans are not modified
+    single = await store.add_span(span_of(a, AUTO, name="a3"))
     assert single is not None and single.sequence_id == 7
     assert await store.get_next_span_sequence_id(a.rollout_id, a.attempt.attempt_id) == 8
     spans = await store.query_spans(a.rollout_id)
@@ -276,7 +267,7 @@ async def test_finish_attempt_stores_the_spans_then_the_status(store: LightningS
         claimed.rollout_id,
         claimed.attempt.attempt_id,
         "succeeded",
-        [span_of(claimed, 0, name="last-a"), span_of(claimed, 0, name="last-b")],
+        [span_of(claimed, AUTO, name="last-a"), span_of(claimed, AUTO, name="last-b")],
     )
     assert finished.attempt.status == "succeeded" and finished.attempt.end_time is not None
     assert [(s.name, s.sequence_id) for s in finished.spans] == [("last-a", 2), ("last-b", 3)]
@@ -299,7 +290,7 @@ async def test_finish_attempt_refuses_a_span_of_another_attempt_and_changes_noth
     started = await store.start_rollout(input=1)
     other = await store.start_rollout(input=2)
     with pytest.raises(backend.errors, match=other.attempt.attempt_id):
-        await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(other, 0)])
+        await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(other, AUTO)])
     assert (await store.query_spans(other.rollout_id)).total == 0
     attempt = await store.get_latest_attempt(started.rollout_id)
     assert attempt is not None and attempt.status == "preparing"
@@ -311,7 +302,9 @@ async def test_finish_attempt_keeps_the_spans_of_a_superseded_attempt_and_refuse
     started = await store.start_rollout(input=1)
     await store.start_attempt(started.rollout_id)
     with pytest.raises(StaleAttemptError, match="newer attempt"):
-        await store.finish_attempt(started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(started, 0)])
+        await store.finish_attempt(
+            started.rollout_id, started.attempt.attempt_id, "succeeded", [span_of(started, AUTO)]
+        )
     (late,) = (await store.query_spans(started.rollout_id)).items
     assert late.attributes.get(AGL_STALE_ATTEMPT) is True
     assert [a.status for a in await store.query_attempts(started.rollout_id)] == ["preparing", "preparing"]

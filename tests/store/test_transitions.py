@@ -8,7 +8,7 @@ import pytest
 
 from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store import transitions
-from agentlightning.types import ATTEMPT_STATUSES, ROLLOUT_STATUSES, Attempt, Rollout, RolloutConfig
+from agentlightning.types import ATTEMPT_STATUSES, AUTO_SEQUENCE_ID, ROLLOUT_STATUSES, Attempt, Rollout, RolloutConfig
 
 from .factories import make_span
 
@@ -171,5 +171,6 @@ def test_a_dequeue_that_claims_nothing_leaves_the_worker_idle() -> None:
 
 
 def test_sequence_floors_ignore_spans_the_store_numbers() -> None:
-    spans = [make_span("ro-1", "at-1", 4), make_span("ro-1", "at-1", 2), make_span("ro-2", "at-2", 0)]
+    spans = [make_span("ro-1", "at-1", 4), make_span("ro-1", "at-1", 2), make_span("ro-2", "at-2", AUTO_SEQUENCE_ID)]
     assert transitions.sequence_floors(spans) == {"ro-1": 4}
+    assert transitions.sequence_floors([make_span("ro-3", "at-3", 0)]) == {"ro-3": 0}  # 0 is a real id

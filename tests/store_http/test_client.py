@@ -26,7 +26,7 @@ from agentlightning.store_http.errors import (
     LightningStoreUnavailableError,
 )
 from agentlightning.store_http.retry import RetryBackoff
-from agentlightning.types import EnqueueRolloutRequest, PromptTemplate, Rollout, Span
+from agentlightning.types import AUTO_SEQUENCE_ID, EnqueueRolloutRequest, PromptTemplate, Rollout, Span
 from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 
 FAST: dict[str, Any] = {"retry_delays": (0.01, 0.01), "health_retry_delays": (0.01, 0.01)}
@@ -582,7 +582,7 @@ def span_for(claimed: Any, name: str, size: int = 10) -> Span:
     return Span.from_attributes(
         rollout_id=claimed.rollout_id,
         attempt_id=claimed.attempt.attempt_id,
-        sequence_id=0,
+        sequence_id=AUTO_SEQUENCE_ID,
         name=name,
         attributes={"payload": "x" * size},
     )

@@ -109,6 +109,29 @@ async def test_explicit_sequence_id_from_resource(server: LightningStoreServer, 
     assert await server.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 42
 
 
+async def test_sequence_id_zero_from_resource_is_a_real_id(
+    server: LightningStoreServer, http: httpx.AsyncClient
+) -> None:
+    """As v0.3: 0 is stored as sent and the rollout's next id is 1."""
+    rollout = await server.start_rollout(input=1)
+    body = encode_spans(record_spans(ids_of(rollout, sequence_id=0))).SerializeToString()
+    assert (await http.post("/v1/traces", content=body, headers=PROTOBUF)).status_code == 200
+    stored = await server.query_spans(rollout.rollout_id)
+    assert [s.sequence_id for s in stored] == [0, 0]
+    assert await server.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 1
+
+
+async def test_negative_sequence_id_from_resource_is_numbered(
+    server: LightningStoreServer, http: httpx.AsyncClient
+) -> None:
+    """As v0.3's OTLP receiver: a negative id is replaced by the rollout's next ones."""
+    rollout = await server.start_rollout(input=1)
+    body = encode_spans(record_spans(ids_of(rollout, sequence_id=-3))).SerializeToString()
+    assert (await http.post("/v1/traces", content=body, headers=PROTOBUF)).status_code == 200
+    stored = await server.query_spans(rollout.rollout_id)
+    assert [s.sequence_id for s in stored] == [1, 2]
+
+
 async def test_gzip_protobuf_from_the_real_otlp_exporter(server: LightningStoreServer) -> None:
     rollout = await server.start_rollout(input=1)
     spans = record_spans(ids_of(rollout))

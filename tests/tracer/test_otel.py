@@ -16,7 +16,7 @@ from agentlightning.store.transitions import StaleAttemptError
 from agentlightning.tracer import DummyTracer, OtelTracer, get_active_tracer
 from agentlightning.tracer._delivery import SPAN_BATCH_DELAY_SECONDS
 from agentlightning.tracer.otel import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
-from agentlightning.types import Span, TraceStatus
+from agentlightning.types import AUTO_SEQUENCE_ID, Span, TraceStatus
 
 
 async def _rollout(store: InMemoryLightningStore) -> tuple[str, str]:
@@ -93,7 +93,7 @@ async def test_each_batch_is_one_write_and_the_store_numbers_it() -> None:
     assert [s.sequence_id for s in stored] == [1, 2, 3, 4, 5]
     assert [s.sequence_id for s in tracer.get_last_trace()] == [1, 2, 3, 4, 5]
     assert store.sequence_id_requests == 0
-    assert all(set(batch) == {0} for batch in store.batches)  # sent unnumbered: one round trip per batch
+    assert all(set(batch) == {AUTO_SEQUENCE_ID} for batch in store.batches)  # sent unnumbered: one round trip per batch
     assert sum(len(batch) for batch in store.batches) == 5
 
 

@@ -279,7 +279,7 @@ class CollectionStoreSteps(BackendLightningStore):
         return stored
 
     async def _allocate_sequence_ids(self, c: LightningCollections, spans: list[Span]) -> list[Span]:
-        """Give spans without a sequence id (`<= 0`) the next ids of their rollout, in batch order."""
+        """Give spans without a sequence id (negative) the next ids of their rollout, in batch order."""
         missing = count_unsequenced_spans(spans)
         if not missing:
             return spans

@@ -32,11 +32,11 @@ from agentlightning.types.resources import validate_named_resources
 from .. import _arguments as arguments
 from .. import transitions
 from ..base import UNSET, FilterLogic, LightningStoreStatistics, SortOrder, is_unset
+from ..tracking import tracked
 from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id
 from ..watchdog import healthcheck_before
 from .base import LightningCollections
 from .steps import LATEST_RESOURCES_KEY, CollectionStoreSteps, by_rollout, plain
-from .tracking import tracked
 
 __all__ = ["CollectionBasedLightningStore", "T_Collections"]
 

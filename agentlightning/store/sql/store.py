@@ -40,7 +40,7 @@ from ..base import (
     StorageUnavailableError,
     is_unset,
 )
-from ..collection.tracking import tracked
+from ..tracking import tracked
 from ..utils import Clock, new_resources_id, unhealthy_attempt_status
 from ..watchdog import healthcheck_before
 from . import reads

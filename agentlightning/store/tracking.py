@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, TypeVar, cast
 
-from ..utils import LATENCY_BUCKETS
+from .utils import LATENCY_BUCKETS
 
 __all__ = ["tracked", "register_store_metrics", "METRIC_GROUPS"]
 
