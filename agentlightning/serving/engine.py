@@ -30,10 +30,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+from . import sampling as _sampling
 from ._detokenizer import IncrementalDetokenizer
 from ._prefix_cache import PrefixCache, common_prefix_length
 from .models import eos_token_ids
-from . import sampling as _sampling
 from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep, row_seed, sample_tokens
 from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
 

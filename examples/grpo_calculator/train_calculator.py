@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -391,6 +391,7 @@ def _summary(
         key: {"before": round(before.get(key, 0.0), 4), "after": round(after.get(key, 0.0), 4)}
         for key in ("greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward")
     }
+    evaluations: List[Dict[str, float]] = [*(rft.val_results.values() if rft is not None else []), *val.values()]
     statuses = asyncio.run(_rollout_statuses(store_path))
     failed = statuses.get("failed", 0) + statuses.get("cancelled", 0)
     line = (
@@ -451,9 +452,7 @@ def _summary(
         "warm_start": None if rft is None else {**_warm_start_summary(rft), "val_after": val.get(0, {})},
         "held_out_greedy_exact_by_time": [
             {"elapsed_s": round(result["elapsed_s"], 1), "greedy_exact": round(result["greedy_exact"], 4)}
-            for result in sorted(
-                [*(rft.val_results.values() if rft is not None else []), *val.values()], key=lambda r: r["elapsed_s"]
-            )
+            for result in sorted(evaluations, key=lambda r: r["elapsed_s"])
         ],
     }
 

@@ -157,7 +157,9 @@ def test_quick_demo_in_deterministic_mode_repeats_itself_and_evaluates_after_eve
 
     (summary, records), (other_summary, other_records) = runs
     assert summary["mode"] == "deterministic" and summary["settings"]["async_rollouts"] is True  # overridden
-    assert summary["rollouts"]["failed"] == 0 and summary["rollouts"]["by_status"] == {"succeeded": 32}  # 8 train, 3 x 8 held out
+    assert summary["rollouts"]["failed"] == 0 and summary["rollouts"]["by_status"] == {
+        "succeeded": 32
+    }  # 8 train, 3 x 8 held out
     assert ", 0 failed rollouts, " in summary["line"]
     # The held-out tasks after every step: the learning curve is in metrics.jsonl and the summary.
     assert [r["step"] for r in records] == [0, 1, 2]

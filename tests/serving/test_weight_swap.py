@@ -29,9 +29,7 @@ async def _rollout(client: openai.AsyncOpenAI, index: int) -> List[str]:
     messages: List[Any] = [{"role": "user", "content": f"question {index}"}]
     versions: List[str] = []
     for _ in range(TURNS):
-        response = await client.chat.completions.create(
-            model="tiny", messages=messages, max_tokens=8, temperature=1.0
-        )
+        response = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=1.0)
         versions.append(str(response.system_fingerprint))
         messages += [
             {"role": "assistant", "content": response.choices[0].message.content or ""},

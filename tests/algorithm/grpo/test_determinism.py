@@ -63,9 +63,7 @@ async def _rollout_tokens(store: InMemoryLightningStore) -> Dict[Tuple[str, int,
 
 
 def _deterministic_metrics(history: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    return [
-        {k: v for k, v in record.items() if k != "time" and not k.endswith(TIMING_SUFFIXES)} for record in history
-    ]
+    return [{k: v for k, v in record.items() if k != "time" and not k.endswith(TIMING_SUFFIXES)} for record in history]
 
 
 def test_two_deterministic_runs_with_the_same_seed_are_identical(tmp_path: Path) -> None:
