@@ -173,7 +173,8 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         temperature=args.temperature,
         val_temperature=0.0,  # greedy; DemoGRPO adds a sampled pass at `temperature`
         max_new_tokens=args.max_tokens,
-        rollout_timeout_s=900.0,
+        # A rollout cut off by the timeout would make the run depend on timing: deterministic mode waits longer.
+        rollout_timeout_s=3600.0 if args.deterministic else 900.0,
         aggregation=args.aggregation,
         learning_rate=args.lr,
         micro_batch_size=micro,
