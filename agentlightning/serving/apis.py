@@ -118,8 +118,8 @@ async def _answer(server: GatedPolicy, dialect: ChatDialect, request: Request) -
         details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         return failure(400, f"invalid request: {details}")
     gate = server.gate
-    if not gate.enter():
-        content = dialect.error("the policy server is swapping weights; retry shortly", "rate_limit_error")
+    if not await server._enter():  # type: ignore[reportPrivateUsage]
+        content = dialect.error(server.paused_message(), "rate_limit_error")
         return JSONResponse(status_code=429, content=content, headers={"Retry-After": gate.retry_after_header()})
     try:
         try:

@@ -9,6 +9,11 @@ sequence that ends leaves at once and frees its slot. On CUDA the decode step re
 Every step runs under the weights lock, so `update_weights` (or `exclusive()`) waits for the step in
 flight and never races one. With LoRA `adapters`, each step decodes the sequences of one adapter (or of
 the base), taking turns.
+
+Deterministic mode: batch composition and prefix-cache hits depend on arrival times and change the logits
+in their last bits, so the engine admits one request at a time, keeps no prefix cache, and seeds a request
+without a seed from its content and the count of identical requests before it under these weights
+(`sampling.content_seed`). A completion then depends only on the weights and the request.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+from . import sampling as _sampling
 from ._detokenizer import IncrementalDetokenizer
 from ._prefix_cache import PrefixCache, common_prefix_length
 from .models import eos_token_ids
@@ -96,6 +102,7 @@ class PolicyEngine:
         compile: `torch.compile` the model for decode steps (fuses kernels: fewer, faster graph nodes; the
             first steps compile, tens of seconds). The served model must not be trained in this process.
         max_prefill_tokens: padded prompt tokens per prefill pass (longer admissions are split).
+        deterministic: one request at a time, no prefix cache, content-derived seeds (module docstring).
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class PolicyEngine:
         cuda_graphs: Optional[bool] = None,
         compile: bool = False,
         max_prefill_tokens: int = 8192,
+        deterministic: bool = False,
     ) -> None:
         from .adapters import check_adapters
 
@@ -133,11 +141,15 @@ class PolicyEngine:
         self._launched: Optional[_Launched] = None
         self.max_prefill_tokens = max_prefill_tokens
         self._rng = random.Random(seed)
+        self.deterministic = deterministic
+        self._base_seed = seed or 0
+        self._seen: Dict[bytes, int] = {}
+        """Deterministic mode: requests admitted per content key under the current weights."""
         self._weights_lock = threading.RLock()
         self._weights_version = 0
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: Optional[threading.Thread] = None
-        self._prefix_cache_entries = prefix_cache_entries
+        self._prefix_cache_entries = 0 if deterministic else prefix_cache_entries
         self._prefix_caches: Dict[Optional[str], PrefixCache] = {}
         self._slots: Optional[SlotModel] = None
         self._sampling: Optional[SlotSampling] = None
@@ -286,6 +298,7 @@ class PolicyEngine:
             else:
                 self._load(source)
             self._weights_version += 1
+            self._seen.clear()
             for cache in self._prefix_caches.values():
                 cache.clear()
             if self._slots is not None:
@@ -396,9 +409,13 @@ class PolicyEngine:
     def _admit(self, outbox: Outbox) -> None:
         admitted = self._admitting
         free = len(self._free)
+        if self.deterministic and (self._rows or self._launched is not None):
+            free = 0  # one request at a time: the next waits until this one's last step has landed
         while self._waiting and self._waiting[0].n <= free:
             free -= self._waiting[0].n
             admitted.append(self._waiting.popleft())
+            if self.deterministic:
+                break
         if not admitted:
             return
         self.batches_run += 1
@@ -436,7 +453,7 @@ class PolicyEngine:
             length = len(stream.prompt_ids)
             if cache is not None and length >= cache.min_tokens and not cache.covered(stream.prompt_ids):
                 cache.store(stream.prompt_ids, slots.cache.read(stream_slots[0], length))
-            seed = stream.params.seed if stream.params.seed is not None else self._rng.randrange(2**62)
+            seed = stream.params.seed if stream.params.seed is not None else self._request_seed(stream)
             for index, slot in enumerate(stream_slots):
                 if slot != stream_slots[0]:
                     slots.cache.copy(stream_slots[0], slot, length)
@@ -455,6 +472,16 @@ class PolicyEngine:
         for i, row in enumerate(rows):
             self._rows[row.slot] = row
             self._emit(row, sampled.step(i, row.stream.params.top_logprobs), outbox)
+
+    def _request_seed(self, stream: CompletionStream) -> int:
+        """A seed for a request without one: drawn in arrival order, or (deterministic) from its content."""
+        if not self.deterministic:
+            return self._rng.randrange(2**62)
+        params = dataclasses.replace(stream.params, seed=None)
+        key = _sampling.content_key(self._weights_version, stream.adapter, stream.n, params, stream.prompt_ids)
+        occurrence = self._seen.get(key, 0)
+        self._seen[key] = occurrence + 1
+        return _sampling.content_seed(key, occurrence, self._base_seed)
 
     def _encode_shared_prefix(self, streams: List[CompletionStream], cache: PrefixCache) -> None:
         """Store the KV of the prefix the admitted prompts share, encoded once (in a free slot)."""

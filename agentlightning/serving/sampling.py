@@ -12,6 +12,7 @@ object is needed, and a whole batch draws its numbers in a few tensor operations
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Sequence, Tuple
@@ -26,6 +27,8 @@ __all__ = [
     "SamplingParams",
     "TokenStep",
     "SlotSampling",
+    "content_key",
+    "content_seed",
     "kv_cache_keyword",
     "last_logits_only",
     "row_seed",
@@ -131,6 +134,22 @@ def _mix_int(value: int) -> int:
 def row_seed(seed: int, index: int) -> int:
     """The seed of choice `index` of a request seeded with `seed` (choices differ; each is reproducible)."""
     return _signed(_mix_int(_mix_int(seed) + (index + 1) * 0x9E3779B97F4A7C15))
+
+
+def content_key(*parts: Any) -> bytes:
+    """A digest of a request's content (weights version, adapter, n, sampling parameters, prompt ids)."""
+    return hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
+
+
+def content_seed(key: bytes, occurrence: int, base_seed: int = 0) -> int:
+    """The seed of the `occurrence`-th request with content `key` (deterministic mode of the engine).
+
+    Identical requests (a GRPO group's first prompt) get different seeds by their count, not by which came
+    first: whichever arrives k-th samples the k-th completion, so the set of completions is reproducible.
+    """
+    salt = base_seed.to_bytes(16, "little", signed=True)
+    digest = hashlib.blake2b(key + occurrence.to_bytes(8, "little"), digest_size=8, key=salt).digest()
+    return int.from_bytes(digest, "little") >> 2
 
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:

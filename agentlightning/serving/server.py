@@ -5,9 +5,14 @@ Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `POST /v1
 (also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
 
-Around a weight swap (`swap_weights`) the server pauses: new chat requests get 429 with `Retry-After`
-(the OpenAI client retries them), requests already running finish, the weights change, and it resumes.
-Every completion reports the weights version that produced it (`system_fingerprint`: "weights-v<N>").
+Around a weight swap (`swap_weights`) the server pauses: new model requests wait (held, at most
+`hold_timeout_s`; only then 429 with `Retry-After`), requests already running finish, the weights change,
+and it resumes, which lets the held requests in. A swap never fails a request that waits less than the hold
+timeout; each swap's duration and the requests it held are kept in `swaps`. Every completion reports the
+weights version that produced it (`system_fingerprint`: "weights-v<N>").
+
+With `deterministic=True` the engine decodes one request at a time, without prefix cache, seeding each
+request from its content (see `PolicyEngine`): a completion depends only on the weights and the request.
 
 With `adapters` (LoRA adapters of a peft model, e.g. one per agent role) the server serves the frozen
 base as `model_name` and each adapter as `model_name:adapter` (see `serving/adapters.py`).
@@ -20,6 +25,7 @@ import concurrent.futures
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..types.resources import LLM
@@ -41,9 +47,37 @@ if TYPE_CHECKING:
 
     from ..utils.server_launcher import PythonServerLauncher
 
-__all__ = ["PolicyServer"]
+__all__ = ["PolicyServer", "SwapReport"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    """One `swap_weights`: how long the server was paused, and what that cost the requests.
+
+    `swap_ms` spans pause to resume (`drain_ms` waiting for running requests, `weight_sync_ms` the copy);
+    `held_requests` arrived meanwhile and waited (the longest `wait_ms_max`); `rejected_requests` were
+    answered 429 because they waited longer than `hold_timeout_s` (0 unless the swap took that long).
+    """
+
+    swap_ms: float
+    drain_ms: float
+    weight_sync_ms: float
+    held_requests: int
+    wait_ms_max: float
+    wait_ms_total: float
+    rejected_requests: int
+
+    def as_metrics(self) -> Dict[str, float]:
+        """The report as GRPO step metrics (`swap_*`)."""
+        return {
+            "swap_ms": self.swap_ms,
+            "swap_held_requests": float(self.held_requests),
+            "swap_wait_ms": self.wait_ms_max,
+            "swap_wait_ms_total": self.wait_ms_total,
+            "swap_rejected_requests": float(self.rejected_requests),
+        }
 
 
 class PolicyServer:
@@ -60,7 +94,11 @@ class PolicyServer:
         seed: seeds the sampling of requests that give no `seed`.
         always_logprobs: return logprobs even when a request does not ask (GRPO turns this on so the
             tracer records the sampling-time logprobs of agents that never request them).
-        retry_after_s: the `Retry-After` (seconds) of the 429 answered while paused.
+        retry_after_s: the `Retry-After` (seconds) of the 429 answered to a request held past `hold_timeout_s`.
+        hold_timeout_s: how long a model request that arrives during a weight swap waits for it to end
+            before it is answered 429 (0: answer 429 at once, the behaviour before holding).
+        deterministic: decode one request at a time, without prefix cache, each seeded from its content and
+            the weights version (see `PolicyEngine`); slower, but a completion no longer depends on timing.
         adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
         compile: `torch.compile` the decode step (see `PolicyEngine`; the first steps take tens of seconds).
@@ -80,9 +118,13 @@ class PolicyServer:
         seed: Optional[int] = None,
         always_logprobs: bool = False,
         retry_after_s: float = 1.0,
+        hold_timeout_s: float = 600.0,
         adapters: Sequence[str] = (),
         compile: bool = False,
+        deterministic: bool = False,
     ) -> None:
+        if hold_timeout_s < 0:
+            raise ValueError(f"hold_timeout_s must be >= 0, got {hold_timeout_s}")
         self.engine = PolicyEngine(
             model,
             tokenizer,
@@ -91,14 +133,18 @@ class PolicyServer:
             seed=seed,
             adapters=adapters,
             compile=compile,
+            deterministic=deterministic,
         )
         self.model_name = model_name
         self.host = host
         self._requested_port = port or None
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
+        self.hold_timeout_s = hold_timeout_s
         self.gate = PauseGate(retry_after_s)
         """Pause flag and in-flight count of model requests (link a gateway's gate to hold its calls too)."""
+        self.swaps: List[SwapReport] = []
+        """One report per `swap_weights`."""
         self.drain_times_s: List[float] = []
         """How long each `swap_weights` waited for running requests to finish."""
         self.weight_sync_ms: List[float] = []
@@ -212,11 +258,11 @@ class PolicyServer:
 
     @property
     def rejected_while_paused(self) -> int:
-        """Model requests answered 429 because the server was paused."""
+        """Model requests answered 429 because the server stayed paused longer than `hold_timeout_s`."""
         return self.gate.rejected
 
     def pause(self) -> None:
-        """Answer new model requests with 429 + `Retry-After` until `resume()`; running ones continue."""
+        """Hold new model requests until `resume()` (429 + `Retry-After` past `hold_timeout_s`); running ones continue."""
         self.gate.pause("swapping weights")
 
     def resume(self) -> None:
@@ -233,17 +279,44 @@ class PolicyServer:
     def swap_weights(
         self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]], *, drain_timeout: Optional[float] = None
     ) -> int:
-        """Pause, let running requests finish, serve the new weights, resume; returns the new version."""
+        """Pause, let running requests finish, serve the new weights, resume; returns the new version.
+
+        Requests that arrive meanwhile are held and go on at the resume; the swap is reported in `swaps`.
+        """
+        started = time.perf_counter()
+        rejected = self.gate.rejected
+        drained_s, sync_ms = 0.0, 0.0
         self.pause()
         try:
-            self.drain_times_s.append(self.drain(drain_timeout))
-            return self.update_weights(source)
+            drained_s = self.drain(drain_timeout)
+            self.drain_times_s.append(drained_s)
+            version = self.update_weights(source)
+            sync_ms = self.weight_sync_ms[-1]
+            return version
         finally:
             self.resume()
+            release = self.gate.last_release
+            self.swaps.append(
+                SwapReport(
+                    swap_ms=(time.perf_counter() - started) * 1000,
+                    drain_ms=drained_s * 1000,
+                    weight_sync_ms=sync_ms,
+                    held_requests=release.held,
+                    wait_ms_max=release.longest_s * 1000,
+                    wait_ms_total=release.total_s * 1000,
+                    rejected_requests=self.gate.rejected - rejected,
+                )
+            )
 
-    def _enter(self) -> bool:
-        """Count a new model request in, unless paused (then the caller answers 429)."""
-        return self.gate.enter()
+    async def _enter(self) -> bool:
+        """Count a new model request in; while paused hold it, at most `hold_timeout_s` (False: answer 429)."""
+        if self.hold_timeout_s <= 0:
+            return self.gate.enter()
+        return await self.gate.enter_when_open(self.hold_timeout_s)
+
+    def paused_message(self) -> str:
+        """The 429 message for a request held past `hold_timeout_s`."""
+        return f"the policy server has been swapping weights for over {self.hold_timeout_s:g} s; retry shortly"
 
     def _exit(self) -> None:
         self.gate.exit()
@@ -307,10 +380,10 @@ def _build_app(server: PolicyServer) -> FastAPI:
         }
 
     async def _chat(body: ChatCompletionRequest, request: Request) -> Union[JSONResponse, StreamingResponse]:
-        if not server._enter():  # type: ignore[reportPrivateUsage]
+        if not await server._enter():  # type: ignore[reportPrivateUsage]
             return JSONResponse(
                 status_code=429,
-                content=openai_error("the policy server is swapping weights; retry shortly", error_type="rate_limit"),
+                content=openai_error(server.paused_message(), error_type="rate_limit"),
                 headers={"Retry-After": f"{server.retry_after_s:g}"},
             )
         streaming = False

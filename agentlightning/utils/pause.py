@@ -1,8 +1,9 @@
 """`PauseGate`: hold new model calls while weights change, let running ones finish, then go on.
 
 The policy server and the gateway share it. While paused, `enter()` refuses (the caller answers 429 with
-`Retry-After`, which OpenAI clients retry); calls already admitted run to their end, and `drain()` waits
-for them. Gates can be linked (`link`): pausing or resuming one does the same to the others, so a policy
+`Retry-After`, which OpenAI clients retry) and `enter_when_open()` holds the call until `resume()` (at most
+a timeout); calls already admitted run to their end, and `drain()` waits for them. Each `resume()` reports
+the calls it released and how long they were held (`last_release`). Gates can be linked (`link`): pausing or resuming one does the same to the others, so a policy
 server swapping weights also holds the calls queued at a gateway in front of it, and `POST /proxy/pause`
 on that gateway holds the server too. Thread-safe: servers call it from their event loops, trainers from
 their own threads.
@@ -14,9 +15,26 @@ import asyncio
 import math
 import threading
 import time
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
-__all__ = ["PauseGate"]
+__all__ = ["PauseGate", "HoldRelease"]
+
+
+@dataclass(frozen=True)
+class HoldRelease:
+    """What one `resume()` let go: the calls held while paused, and how long they waited (seconds)."""
+
+    held: int = 0
+    longest_s: float = 0.0
+    total_s: float = 0.0
+
+
+@dataclass
+class _Waiter:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+    since: float = field(default_factory=time.monotonic)
 
 
 class PauseGate:
@@ -32,11 +50,18 @@ class PauseGate:
         self.retry_after_seconds = retry_after_seconds
         self.reason: Optional[str] = None
         self.rejected = 0
-        """Calls refused because the gate was paused."""
+        """Calls refused because the gate was paused (or stayed paused longer than their hold timeout)."""
+        self.held = 0
+        """Calls that `enter_when_open` held while paused and admitted after a `resume()`."""
+        self.held_seconds = 0.0
+        """How long those calls waited, summed."""
+        self.last_release = HoldRelease()
+        """What the latest `resume()` released."""
         self._paused = False
         self._inflight = 0
         self._condition = threading.Condition()
         self._linked: list[PauseGate] = []
+        self._waiters: List[_Waiter] = []
 
     @property
     def paused(self) -> bool:
@@ -72,12 +97,25 @@ class PauseGate:
 
     def _set(self, paused: bool, reason: Optional[str], retry_after_seconds: Optional[float]) -> None:
         with self._condition:
-            self._paused = paused
+            if retry_after_seconds is not None and retry_after_seconds < 0:
+                raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
+            was_paused, self._paused = self._paused, paused
             self.reason = reason
             if retry_after_seconds is not None:
-                if retry_after_seconds < 0:
-                    raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
                 self.retry_after_seconds = retry_after_seconds
+            if paused or not was_paused:
+                return
+            now = time.monotonic()
+            waits = [now - waiter.since for waiter in self._waiters]
+            self.last_release = HoldRelease(len(waits), max(waits, default=0.0), sum(waits))
+            self.held += len(waits)
+            self.held_seconds += sum(waits)
+            released, self._waiters = self._waiters, []
+        for waiter in released:
+            try:
+                waiter.loop.call_soon_threadsafe(_wake, waiter.future)
+            except RuntimeError:  # its event loop has closed: nobody waits any more
+                pass
 
     def enter(self) -> bool:
         """Admit a call (True), or refuse it because the gate is paused (False; counted in `rejected`)."""
@@ -91,18 +129,42 @@ class PauseGate:
     async def enter_when_open(self, timeout: float) -> bool:
         """Admit a call, holding it (without blocking the event loop) while paused, at most `timeout` seconds.
 
-        False (counted in `rejected`) when the gate stayed paused that long.
+        A held call goes on as soon as `resume()` runs (and is counted in `held` / `last_release`). False
+        (counted in `rejected`) when the gate stayed paused that long.
         """
+        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout
+        since: Optional[float] = None
         while True:
             with self._condition:
                 if not self._paused:
                     self._inflight += 1
                     return True
-                if time.monotonic() >= deadline:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
                     self.rejected += 1
                     return False
-            await asyncio.sleep(0.05)
+                waiter = _Waiter(loop, loop.create_future())
+                if since is None:
+                    since = waiter.since
+                waiter.since = since  # paused again before it got in: its wait goes on from the first pause
+                self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter.future, remaining)
+            except asyncio.TimeoutError:
+                with self._condition:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+            except BaseException:  # cancelled (the client went away): stop waiting
+                with self._condition:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                raise
+
+    @property
+    def waiting(self) -> int:
+        """Calls being held right now (paused, waiting in `enter_when_open`)."""
+        return len(self._waiters)
 
     def exit(self) -> None:
         """An admitted call has finished."""
@@ -140,3 +202,8 @@ class PauseGate:
 
     def retry_after_header(self) -> str:
         return f"{self.retry_after_seconds:g}"
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

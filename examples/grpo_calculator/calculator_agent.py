@@ -237,7 +237,7 @@ def _run_tool(name: str, arguments: str) -> Optional[float]:
 @agl.rollout
 async def calculator_agent(task: CalcTask, llm: agl.LLM) -> float:
     """One rollout: solve the task with the published policy LLM; the grade is the reward."""
-    # Retries also ride out the policy server's 429s while it swaps weights (async training).
+    # The policy server holds calls during a weight swap (async training); retries cover transient errors.
     client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "unused", max_retries=5, timeout=300)
     sampling = {k: v for k, v in llm.sampling_parameters.items() if k in ("temperature", "max_tokens", "top_p")}
     episode = await solve(task, client, llm.model, sampling)

@@ -8,6 +8,7 @@ import torch.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -133,7 +134,7 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
             for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
                 rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
-                result[f"{name}_reward"] = sum(rewards) / max(1, tasks)
+                result[f"{name}_reward"] = math.fsum(rewards) / max(1, tasks)  # exact: the same in any order
                 result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
                 result[f"{name}_finished"] = float(len(rewards))
             result["elapsed_s"] = time.perf_counter() - self.clock_start

@@ -34,6 +34,7 @@ A line per step shows the train reward. Outputs go to `--output-dir` (default `r
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -105,6 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="generate the next step's rollouts while the learner updates (bounded staleness, at most 1 update "
         "old); --no-async-rollouts alternates generation and update",
     )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="same seed, same run on CPU (rollouts, rewards, updates, held-out results): sync rollouts, one request "
+        "decoded at a time, content-derived sampling seeds (slower; implies --no-async-rollouts)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="evaluate the held-out tasks every N steps too (1: after every step, the learning curve); "
+        "0: before and after training only",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, ... (default auto: CUDA when present; the figures are CPU's)"
@@ -141,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     """`--quick` shrinks the run to a smoke test of the whole pipeline (it does not show learning)."""
+    if args.eval_every < 0:
+        raise ValueError(f"--eval-every must be >= 0, got {args.eval_every}")
+    if args.deterministic and args.warm_start != "none":
+        raise ValueError("--deterministic covers GRPO only; run it with --warm-start none")
     if args.quick:
         args.steps, args.batch_size, args.group_size = 2, 2, 2
         args.val_limit, args.max_tokens, args.n_runners = min(args.val_limit, 4), 24, min(args.n_runners, 2)
@@ -161,7 +179,8 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         temperature=args.temperature,
         val_temperature=0.0,  # greedy; DemoGRPO adds a sampled pass at `temperature`
         max_new_tokens=args.max_tokens,
-        rollout_timeout_s=900.0,
+        # A rollout cut off by the timeout would make the run depend on timing: deterministic mode waits longer.
+        rollout_timeout_s=3600.0 if args.deterministic else 900.0,
         aggregation=args.aggregation,
         learning_rate=args.lr,
         micro_batch_size=micro,
@@ -172,7 +191,9 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,
         seed=args.seed,
-        async_rollouts=args.async_rollouts,
+        async_rollouts=args.async_rollouts and not args.deterministic,
+        deterministic=args.deterministic,
+        val_interval=args.eval_every,
         max_staleness=1,
         metrics_path=str(metrics_path),
         device=args.device,
@@ -330,7 +351,8 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     stages = [grpo] if rft is None else [rft, grpo]
     with progress:
         # Steps plus the validation passes: before and after training (and after the warm start).
-        total = args.steps + 2 + (0 if rft is None else args.rft_rounds + 1)
+        evals = sum(1 for step in range(1, args.steps + 1) if step == args.steps or _evaluated_after(args, step))
+        total = args.steps + 1 + evals + (0 if rft is None else args.rft_rounds + 1)
         bar = progress.add_task("loading the model", total=total, eta="?")
         for stage in stages:
             stage.progress, stage.bar, stage.clock_start = progress, bar, began
@@ -343,6 +365,10 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     _print_summary(summary, output_dir)
     print(summary["line"], flush=True)
     return summary
+
+
+def _evaluated_after(args: argparse.Namespace, step: int) -> bool:
+    return bool(args.eval_every) and step % args.eval_every == 0
 
 
 def build_algorithms(
@@ -384,10 +410,13 @@ def _summary(
         key: {"before": round(before.get(key, 0.0), 4), "after": round(after.get(key, 0.0), 4)}
         for key in ("greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward")
     }
+    evaluations: List[Dict[str, float]] = [*(rft.val_results.values() if rft is not None else []), *val.values()]
+    statuses = asyncio.run(_rollout_statuses(store_path))
+    failed = statuses.get("failed", 0) + statuses.get("cancelled", 0)
     line = (
         f"demo: held-out greedy {held_out['greedy_exact']['before']:.2f} -> {held_out['greedy_exact']['after']:.2f}, "
         f"sampled {held_out['sampled_exact']['before']:.2f} -> {held_out['sampled_exact']['after']:.2f}, "
-        f"{len(train)} steps, {wall_s:.0f} s"
+        f"{len(train)} steps, {failed} failed rollouts, {wall_s:.0f} s"
     )
     rollouts = sum(r.get("rollouts", 0.0) - r.get("rollouts_failed", 0.0) for r in train)
 
@@ -402,6 +431,9 @@ def _summary(
         "wall_s": round(wall_s, 1),
         "val_before": before,
         "val_after": after,
+        "mode": "deterministic" if args.deterministic else ("async" if args.async_rollouts else "sync"),
+        "rollouts": {"by_status": statuses, "failed": failed},
+        "curve": _curve(history),
         "train_reward_per_step": [round(r["reward_mean"], 4) for r in train],
         "train_exact_per_step": [round(r.get("exact_rate", 0.0), 4) for r in train],
         "rows": {
@@ -439,11 +471,37 @@ def _summary(
         "warm_start": None if rft is None else {**_warm_start_summary(rft), "val_after": val.get(0, {})},
         "held_out_greedy_exact_by_time": [
             {"elapsed_s": round(result["elapsed_s"], 1), "greedy_exact": round(result["greedy_exact"], 4)}
-            for result in sorted(
-                [*(rft.val_results.values() if rft is not None else []), *val.values()], key=lambda r: r["elapsed_s"]
-            )
+            for result in sorted(evaluations, key=lambda r: r["elapsed_s"])
         ],
     }
+
+
+async def _rollout_statuses(store_path: Path) -> Dict[str, int]:
+    """Rollouts in the store by status (a failed one is a lost sample: the demo expects none)."""
+    from agentlightning.store.sqlite import SqliteLightningStore
+
+    store = SqliteLightningStore(store_path)
+    try:
+        counts: Dict[str, int] = {}
+        for rollout in await store.query_rollouts():
+            counts[str(rollout.status)] = counts.get(str(rollout.status), 0) + 1
+        return counts
+    finally:
+        await store.close()
+
+
+def _curve(history: Sequence[Dict[str, Any]]) -> list[Dict[str, Any]]:
+    """Per step (0: before training): train reward and exact rate, and the held-out results when evaluated."""
+    keys = {
+        "train_reward": "reward_mean",
+        "train_exact": "exact_rate",
+        "held_out_greedy_exact": "val_exact_accuracy",
+        "held_out_sampled_exact": "val_sampled_exact_accuracy",
+    }
+    return [
+        {"step": record["step"], **{name: round(record[key], 4) for name, key in keys.items() if key in record}}
+        for record in history
+    ]
 
 
 def _print_summary(summary: Dict[str, Any], output_dir: Path) -> None:

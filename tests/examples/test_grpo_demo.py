@@ -11,6 +11,7 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,36 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     # its last round (GRPO's first one evaluates the same weights). GRPO: 2 steps x 2 x 2, two held-out passes.
     assert found.count(("rft", "train")) == 4 and found.count(("rft", "val")) == 4
     assert found.count(("grpo", "train")) == 8 and found.count(("grpo", "val")) == 8
+
+
+def _steady(record: dict[str, Any]) -> dict[str, Any]:
+    """A metrics record without what measures time (it differs between runs)."""
+    return {k: v for k, v in record.items() if k != "time" and not k.endswith(("_s", "_ms", "per_s"))}
+
+
+def test_quick_demo_in_deterministic_mode_repeats_itself_and_evaluates_after_every_step(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        model, tokenizer = tiny_model(seed=0)
+        model.config.max_position_embeddings = 2048
+        argv = ["--quick", "--deterministic", "--eval-every", "1", "--output-dir", str(tmp_path / name)]
+        summary = train_calculator.run_demo(
+            train_calculator.build_parser().parse_args(argv), model=model, tokenizer=tokenizer
+        )
+        runs.append((summary, read_metrics(tmp_path / name / "metrics.jsonl")))
+
+    (summary, records), (other_summary, other_records) = runs
+    assert summary["mode"] == "deterministic" and summary["settings"]["async_rollouts"] is True  # overridden
+    assert summary["rollouts"]["failed"] == 0 and summary["rollouts"]["by_status"] == {
+        "succeeded": 32
+    }  # 8 train, 3 x 8 held out
+    assert ", 0 failed rollouts, " in summary["line"]
+    # The held-out tasks after every step: the learning curve is in metrics.jsonl and the summary.
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert all("val_exact_accuracy" in r and "val_sampled_exact_accuracy" in r for r in records)
+    assert [point["step"] for point in summary["curve"]] == [0, 1, 2]
+    assert all("held_out_greedy_exact" in point for point in summary["curve"])
+    assert "train_reward" in summary["curve"][1] and "train_reward" not in summary["curve"][0]
+    # The same seed gave the same run: rewards, losses, rows, held-out results.
+    assert [_steady(r) for r in records] == [_steady(r) for r in other_records]
+    assert summary["curve"] == other_summary["curve"]

@@ -90,6 +90,7 @@ def test_bad_requests_and_pauses_get_each_api_s_error_shape(server: PolicyServer
     no_max = httpx.post(f"{root}/v1/messages", json={"model": "tiny", "messages": [{"role": "user", "content": "x"}]})
     assert no_max.status_code == 400 and no_max.json()["type"] == "error"
     assert "max_tokens" in no_max.json()["error"]["message"]
+    server.hold_timeout_s = 0.05  # a request held longer is answered 429
     server.pause()
     try:
         held = httpx.post(f"{root}/v1/messages", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})

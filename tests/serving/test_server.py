@@ -187,13 +187,40 @@ def test_as_resource_points_at_the_server(server: PolicyServer) -> None:
     assert resource.sampling_parameters == {"temperature": 0.5}
 
 
-def test_a_paused_server_answers_429_with_retry_after_and_the_openai_client_retries() -> None:
+def test_requests_arriving_while_paused_wait_for_the_resume_and_are_reported() -> None:
     model, tokenizer = tiny_model()
-    with PolicyServer(model, tokenizer, retry_after_s=0.2) as server:
+    with PolicyServer(model, tokenizer) as server:
+
+        async def held() -> list[Any]:
+            client = openai.AsyncOpenAI(base_url=server.endpoint, api_key="unused", max_retries=0)
+            server.pause()
+            calls = [
+                asyncio.ensure_future(client.chat.completions.create(model="m", messages=HELLO, max_tokens=2))  # type: ignore[arg-type]
+                for _ in range(3)
+            ]
+            for _ in range(1000):  # wait (bounded) until the three requests are held
+                if server.gate.waiting == 3:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.gate.waiting == 3 and server.in_flight == 0
+            assert not any(call.done() for call in calls)
+            await asyncio.to_thread(server.resume)
+            return list(await asyncio.gather(*calls))
+
+        responses = asyncio.run(held())
+        assert all(r.choices[0].message is not None for r in responses)
+        release = server.gate.last_release
+        assert release.held == 3 and 0 < release.longest_s and release.longest_s * 3 >= release.total_s
+        assert server.gate.held == 3 and server.rejected_while_paused == 0 and server.in_flight == 0
+
+
+def test_a_request_held_past_hold_timeout_gets_429_with_retry_after_and_the_openai_client_retries() -> None:
+    model, tokenizer = tiny_model()
+    with PolicyServer(model, tokenizer, retry_after_s=0.2, hold_timeout_s=0.1) as server:
         server.pause()
         raw = httpx.post(f"{server.endpoint}/chat/completions", json={"model": "m", "messages": HELLO, "max_tokens": 2})
         assert raw.status_code == 429 and raw.headers["retry-after"] == "0.2"
-        assert "swapping weights" in raw.json()["error"]["message"]
+        assert "swapping weights for over 0.1 s" in raw.json()["error"]["message"]
         with pytest.raises(openai.RateLimitError):
             _client(server).chat.completions.create(model="m", messages=HELLO, max_tokens=2)  # type: ignore[arg-type]
 
@@ -207,6 +234,8 @@ def test_a_paused_server_answers_429_with_retry_after_and_the_openai_client_retr
         response = asyncio.run(retried())
         assert response.choices[0].message is not None
         assert server.rejected_while_paused >= 3 and server.in_flight == 0
+    with pytest.raises(ValueError, match="hold_timeout_s"):
+        PolicyServer(model, tokenizer, hold_timeout_s=-1)
 
 
 def test_swap_weights_lets_running_requests_finish_then_serves_the_new_version() -> None:
@@ -234,6 +263,15 @@ def test_swap_weights_lets_running_requests_finish_then_serves_the_new_version()
         # The running requests finished on the old weights; the next one reports the new version.
         assert before.system_fingerprint == "weights-v0" and after.system_fingerprint == "weights-v1"
         assert chunks and len(server.drain_times_s) == 1 and server.drain_times_s[0] >= 0
+        report = server.swaps[0]  # pause to resume: the drain and the copy are part of it
+        assert report.swap_ms >= report.drain_ms + report.weight_sync_ms and report.rejected_requests == 0
+        assert set(report.as_metrics()) == {
+            "swap_ms",
+            "swap_held_requests",
+            "swap_wait_ms",
+            "swap_wait_ms_total",
+            "swap_rejected_requests",
+        }
         with pytest.raises(TimeoutError):
             assert server.gate.enter()  # a request that never ends
             try:

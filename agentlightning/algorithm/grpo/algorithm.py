@@ -27,6 +27,7 @@ from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, Rol
 from ..base import Algorithm
 from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
+from .determinism import canonical_order, deterministic_torch
 from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups, drop_tied_groups, has_advantage
 from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
@@ -168,6 +169,7 @@ class GRPO(PolicyHandoff, Algorithm):
             seed=self.config.seed,
             always_logprobs=True,
             adapters=list(self.config.roles),
+            deterministic=self.config.deterministic,
         )
         self.server.start()
         return self.learner, self.server
@@ -181,6 +183,10 @@ class GRPO(PolicyHandoff, Algorithm):
     ) -> None:
         if train_dataset is None or len(train_dataset) == 0:
             raise ValueError(f"{self.NAME} needs a non-empty train_dataset; pass trainer.fit(agent, train_dataset=...)")
+        with deterministic_torch(self.config.deterministic):
+            await self._run(train_dataset, val_dataset)
+
+    async def _run(self, train_dataset: Dataset[Any], val_dataset: Optional[Dataset[Any]]) -> None:
         cfg = self.config
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
@@ -327,6 +333,8 @@ class GRPO(PolicyHandoff, Algorithm):
                 continue
             triplets, final_reward = await self._triplets(rollout_id)
             groups.append(RolloutTriplets(rollout_id, group, triplets, final_reward))
+        if self.config.deterministic:  # runners finish in any order; train in one that does not depend on it
+            groups = canonical_order(groups)
         counters: Dict[str, int] = {}
         samples = self._samples(groups, counters)
         if not samples:
@@ -504,6 +512,7 @@ class GRPO(PolicyHandoff, Algorithm):
         self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
+        metrics.update(self.server.swaps[-1].as_metrics())  # requests held during the swap, and how long
         return metrics
 
     def _role_of(self, triplet: Any) -> Optional[str]:

@@ -44,6 +44,12 @@ class GRPOConfig:
     without its slowest groups."""
     is_ratio_cap: float = 2.0
     """Async: cap of the truncated importance weight pi_prox / pi_behaviour applied to every token."""
+    deterministic: bool = False
+    """Same seed, same run (on CPU, same machine and thread count): the same rollouts, rewards, updates and
+    validation results. Costs speed: every rollout of a step is generated on the same weights
+    (`async_rollouts` must be off), the policy server decodes one request at a time without prefix cache
+    and seeds each request from its content (not its arrival), a step's rollouts are put in a canonical
+    order (by group, then token ids) before the update, and torch runs deterministic algorithms."""
     val_interval: int = 0
     """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
     val_temperature: float = 0.0
@@ -177,6 +183,11 @@ class GRPOConfig:
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid GRPOConfig: {values} (see the field docs in algorithm/grpo/config.py)")
+        if self.deterministic and self.async_rollouts:
+            raise ValueError(
+                "deterministic=True needs async_rollouts=False: async rollouts are sampled by whichever weights "
+                "are served when they run, which timing decides"
+            )
         if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps < 1:
             raise ValueError(
                 f"gradient_accumulation_steps must be >= 1 or None, got {self.gradient_accumulation_steps}"

@@ -221,7 +221,7 @@ def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_pat
     model, tokenizer = tiny_model()
     config = _config(tmp_path, total_steps=3, async_rollouts=True, max_staleness=1, checkpoint_dir=None)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
-    _fit(algorithm, InMemoryLightningStore(), agent=patient_vowel_agent)
+    _fit(algorithm, InMemoryLightningStore(), agent=vowel_agent)  # no retries: a swap holds calls, refuses none
 
     assert [record["step"] for record in algorithm.history] == [1, 2, 3]
     assert algorithm.server is not None and algorithm.learner is not None
@@ -231,6 +231,9 @@ def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_pat
     for record in algorithm.history:
         assert record["rollouts_failed"] == 0 and record["samples_stale_dropped"] == 0
         assert record["drain_time_s"] >= 0 and 0 < record["is_weight_mean"] <= config.is_ratio_cap
+        # Each swap is measured: requests that arrived during it waited (none was refused).
+        assert record["swap_ms"] >= record["weight_sync_ms"] and record["swap_rejected_requests"] == 0
+        assert record["swap_held_requests"] >= 0 and record["swap_wait_ms"] <= record["swap_ms"]
         staleness = {k: v for k, v in record.items() if k.startswith("staleness_")}
         assert sum(staleness.values()) == record["samples"] and set(staleness) <= {"staleness_0", "staleness_1"}
     # Steps 2 and 3 used rollouts enqueued before the previous update (generated on the previous weights).
