@@ -56,6 +56,10 @@ class GatedPolicy(ServedPolicy, Protocol):
     @property
     def gate(self) -> PauseGate: ...
 
+    def paused_message(self) -> str:
+        """Why a request was refused after waiting out the hold timeout of a weight swap."""
+        ...
+
 
 class ClientGone(Exception):
     """The HTTP client disconnected before its answer was ready; its generation was cancelled."""
