@@ -1,8 +1,8 @@
 """The policy engine: continuous batching over one causal LM whose weights can change between steps.
 
 Each choice of a request runs in a slot of a preallocated KV cache (`slots.SlotModel`). The engine thread
-loops: admit waiting requests into free slots (one batched prefill; a prompt prefix stored in the
-`PrefixCache`, or shared by the prompts admitted together, is encoded once), then run one decode step
+loops: admit waiting requests into free slots (`admission.py`: one batched prefill; a prompt prefix stored
+in the `PrefixCache`, or shared by the prompts admitted together, is encoded once), then run one decode step
 over the running sequences. A request that arrives while others decode joins at the next step; a
 sequence that ends leaves at once and frees its slot. On CUDA the decode step replays a CUDA graph.
 
@@ -27,14 +27,13 @@ import logging
 import queue
 import random
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
-from . import sampling as _sampling
-from ._detokenizer import IncrementalDetokenizer
-from ._prefix_cache import PrefixCache, common_prefix_length
+from ._prefix_cache import PrefixCache
+from ._rows import Launched, Row
+from .admission import Admission
 from .models import eos_token_ids
-from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep, row_seed, sample_tokens
+from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep
 from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
 
 if TYPE_CHECKING:
@@ -50,45 +49,7 @@ logger = logging.getLogger(__name__)
 _CLOSE = object()
 
 
-@dataclass
-class _Row:
-    """One choice being decoded in `slot`."""
-
-    stream: CompletionStream
-    index: int
-    slot: int
-    detokenizer: IncrementalDetokenizer
-    version: int
-    token_ids: List[int] = field(default_factory=lambda: [])
-    logprobs: List[float] = field(default_factory=lambda: [])
-    in_flight: int = 0
-    """Tokens of a launched decode step not yet landed (0 or 1)."""
-    done: bool = False
-
-    @property
-    def adapter(self) -> Optional[str]:
-        return self.stream.adapter
-
-    @property
-    def next_position(self) -> int:
-        """Where the last sampled token is written when it is fed back."""
-        return len(self.stream.prompt_ids) + len(self.token_ids) - 1
-
-    @property
-    def wants_more(self) -> bool:
-        """Whether another decode step may still produce a token this row keeps."""
-        return not self.done and len(self.token_ids) + self.in_flight < self.stream.params.max_tokens
-
-
-@dataclass
-class _Launched:
-    """A decode step on its way: the rows it serves (with their slots then) and its tokens' host copy."""
-
-    rows: List[tuple[_Row, int]]
-    tokens: Any
-
-
-class PolicyEngine:
+class PolicyEngine(Admission):
     """Serves completions from `model` with continuous batching; see the module docstring.
 
     Args:
@@ -138,7 +99,7 @@ class PolicyEngine:
         """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self.cuda_graphs = cuda_graphs
         self.compile = compile
-        self._launched: Optional[_Launched] = None
+        self._launched: Optional[Launched] = None
         self.max_prefill_tokens = max_prefill_tokens
         self._rng = random.Random(seed)
         self.deterministic = deterministic
@@ -153,7 +114,7 @@ class PolicyEngine:
         self._prefix_caches: Dict[Optional[str], PrefixCache] = {}
         self._slots: Optional[SlotModel] = None
         self._sampling: Optional[SlotSampling] = None
-        self._rows: Dict[int, _Row] = {}
+        self._rows: Dict[int, Row] = {}
         self._free: List[int] = list(range(max_batch_size))
         self._waiting: Deque[CompletionStream] = collections.deque()
         self._admitting: List[CompletionStream] = []
@@ -392,7 +353,7 @@ class PolicyEngine:
         for stream in streams.values():
             stream.fail(error)
 
-    def _release(self, row: _Row) -> None:
+    def _release(self, row: Row) -> None:
         assert self._sampling is not None
         row.done = True
         del self._rows[row.slot]
@@ -404,147 +365,9 @@ class PolicyEngine:
             self._finish(row, "abort", outbox)
         self._waiting = collections.deque(s for s in self._waiting if not s.cancelled.is_set())
 
-    # Admission ---------------------------------------------------------------------------------------
-
-    def _admit(self, outbox: Outbox) -> None:
-        admitted = self._admitting
-        free = len(self._free)
-        if self.deterministic and (self._rows or self._launched is not None):
-            free = 0  # one request at a time: the next waits until this one's last step has landed
-        while self._waiting and self._waiting[0].n <= free:
-            free -= self._waiting[0].n
-            admitted.append(self._waiting.popleft())
-            if self.deterministic:
-                break
-        if not admitted:
-            return
-        self.batches_run += 1
-        self._compact()
-        for adapter in dict.fromkeys(s.adapter for s in admitted):
-            with self._adapter(adapter):
-                self._prefill([s for s in admitted if s.adapter == adapter], outbox)
-        admitted.clear()
-
-    def _adapter(self, adapter: Optional[str]) -> Any:
-        from .adapters import active_adapter
-
-        return active_adapter(self.model, adapter) if self.adapters else contextlib.nullcontext()
-
-    def _prefill(self, streams: List[CompletionStream], outbox: Outbox) -> None:
-        import torch
-
-        slots, sampling = self.slot_model, self._sampling
-        assert sampling is not None
-        cache = self.prefix_cache_for(streams[0].adapter)
-        if cache is not None and len(streams) > 1:
-            self._encode_shared_prefix(streams, cache)
-        owned = [[heapq.heappop(self._free) for _ in range(s.n)] for s in streams]
-        starts: List[int] = []
-        for stream, stream_slots in zip(streams, owned, strict=True):
-            start, block = cache.longest(stream.prompt_ids) if cache is not None else (0, None)
-            if block is not None and cache is not None:
-                slots.cache.write(stream_slots[0], block, start)
-                cache.hits += 1
-                cache.reused_tokens += start
-            starts.append(start)
-        logits = self._prefill_chunks(streams, [s[0] for s in owned], starts)
-        rows: List[_Row] = []
-        for stream, stream_slots in zip(streams, owned, strict=True):
-            length = len(stream.prompt_ids)
-            if cache is not None and length >= cache.min_tokens and not cache.covered(stream.prompt_ids):
-                cache.store(stream.prompt_ids, slots.cache.read(stream_slots[0], length))
-            seed = stream.params.seed if stream.params.seed is not None else self._request_seed(stream)
-            for index, slot in enumerate(stream_slots):
-                if slot != stream_slots[0]:
-                    slots.cache.copy(stream_slots[0], slot, length)
-                sampling.assign(slot, stream.params, row_seed(seed, index))
-                detokenizer = IncrementalDetokenizer(self.tokenizer, stream.params.stop)
-                rows.append(_Row(stream, index, slot, detokenizer, self._weights_version))
-        all_slots = [row.slot for row in rows]
-        index = torch.tensor(all_slots, device=slots.device)
-        slots.prompt_lengths[index] = torch.tensor([len(r.stream.prompt_ids) for r in rows], device=slots.device)
-        slots.positions[index, 0] = slots.prompt_lengths[index]
-        per_row = logits.repeat_interleave(torch.tensor([s.n for s in streams], device=logits.device), dim=0)
-        next_ids, sampled = sample_tokens(
-            per_row, sampling, all_slots, torch.zeros(len(rows), dtype=torch.long, device=slots.device), rows=index
-        )
-        slots.input_ids[index, 0] = next_ids
-        for i, row in enumerate(rows):
-            self._rows[row.slot] = row
-            self._emit(row, sampled.step(i, row.stream.params.top_logprobs), outbox)
-
-    def _request_seed(self, stream: CompletionStream) -> int:
-        """A seed for a request without one: drawn in arrival order, or (deterministic) from its content."""
-        if not self.deterministic:
-            return self._rng.randrange(2**62)
-        params = dataclasses.replace(stream.params, seed=None)
-        key = _sampling.content_key(self._weights_version, stream.adapter, stream.n, params, stream.prompt_ids)
-        occurrence = self._seen.get(key, 0)
-        self._seen[key] = occurrence + 1
-        return _sampling.content_seed(key, occurrence, self._base_seed)
-
-    def _encode_shared_prefix(self, streams: List[CompletionStream], cache: PrefixCache) -> None:
-        """Store the KV of the prefix the admitted prompts share, encoded once (in a free slot)."""
-        prompts = [s.prompt_ids for s in streams]
-        shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-        prefix = prompts[0][:shared]
-        if shared < cache.min_tokens or cache.covered(prefix):
-            return
-        slot = self._free[0]
-        start, block = cache.longest(prompts[0][: shared + 1])
-        if block is not None:
-            self.slot_model.cache.write(slot, block, start)
-        self._prefill_chunks_raw([slot], [prefix[start:]], [start], streams[0].adapter)
-        cache.store(prefix, self.slot_model.cache.read(slot, shared))
-
-    def _prefill_chunks(self, streams: List[CompletionStream], slots: List[int], starts: List[int]) -> torch.Tensor:
-        tokens = [s.prompt_ids[start:] for s, start in zip(streams, starts, strict=True)]
-        return self._prefill_chunks_raw(slots, tokens, starts, streams[0].adapter)
-
-    def _prefill_chunks_raw(
-        self, slots: List[int], tokens: List[List[int]], starts: List[int], adapter: Optional[str]
-    ) -> torch.Tensor:
-        """Prefill in passes of at most `max_prefill_tokens` padded tokens; logits in the given order."""
-        import torch
-
-        order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # similar lengths pad less
-        outputs: Dict[int, torch.Tensor] = {}
-        group: List[int] = []
-        for i in order + [-1]:
-            width = max([len(tokens[j]) for j in group] + ([len(tokens[i])] if i >= 0 else []))
-            if group and (i < 0 or width * (len(group) + 1) > self.max_prefill_tokens):
-                logits = self.slot_model.prefill(
-                    [slots[j] for j in group], [tokens[j] for j in group], [starts[j] for j in group], key=adapter
-                )
-                outputs.update({j: logits[k] for k, j in enumerate(group)})
-                group = []
-            if i >= 0:
-                group.append(i)
-        return torch.stack([outputs[i] for i in range(len(tokens))])
-
-    def _compact(self) -> None:
-        """Move running sequences down into free slots when that shrinks the decoded range's bucket."""
-        slots, sampling = self.slot_model, self._sampling
-        assert sampling is not None
-        if not self._rows:
-            return
-        target = slots.batch_bucket(len(self._rows))
-        if slots.batch_bucket(max(self._rows) + 1) <= target:
-            return
-        for slot in sorted((s for s in self._rows if s >= target), reverse=True):
-            if not self._free or self._free[0] >= target:
-                break
-            dst = heapq.heappop(self._free)
-            row = self._rows.pop(slot)
-            slots.move(slot, dst, row.next_position + row.in_flight + 1)
-            sampling.move(slot, dst)
-            row.slot = dst
-            self._rows[dst] = row
-            heapq.heappush(self._free, slot)
-
     # Decoding ----------------------------------------------------------------------------------------
 
-    def _launch(self) -> Optional[_Launched]:
+    def _launch(self) -> Optional[Launched]:
         """Start one decode step for the running sequences of one adapter (the adapters take turns).
 
         On CUDA the step runs while the host lands the previous one: a sequence that ended there may take
@@ -571,7 +394,7 @@ class PolicyEngine:
         self.steps_run += 1
         for row in rows:
             row.in_flight += 1
-        return _Launched([(row, row.slot) for row in rows], tokens)
+        return Launched([(row, row.slot) for row in rows], tokens)
 
     def _land(self, outbox: Outbox) -> None:
         """Hand out the tokens of the step launched before (waits for it when it still runs)."""
@@ -584,7 +407,7 @@ class PolicyEngine:
             if not row.done:
                 self._emit(row, sampled.step(slot, row.stream.params.top_logprobs), outbox)
 
-    def _emit(self, row: _Row, step: TokenStep, outbox: Outbox) -> None:
+    def _emit(self, row: Row, step: TokenStep, outbox: Outbox) -> None:
         """Record a sampled token, send its delta, and end the row when it is done."""
         params = row.stream.params
         row.token_ids.append(step.token_id)
@@ -598,7 +421,7 @@ class PolicyEngine:
         elif len(row.token_ids) >= params.max_tokens:
             self._finish(row, "length", outbox)
 
-    def _finish(self, row: _Row, reason: str, outbox: Outbox) -> None:
+    def _finish(self, row: Row, reason: str, outbox: Outbox) -> None:
         cache = self.prefix_cache_for(row.adapter) if reason != "abort" else None
         fed = row.next_position  # the prompt and every token but the last went through the model
         if cache is not None and fed >= cache.min_tokens:
