@@ -51,23 +51,24 @@ async def _llm_calls(store_path: Path) -> tuple[dict[str, int], int, list[tuple[
 
 
 @pytest.mark.parametrize(
-    ("bf16_cpu", "device", "flag", "served"),
-    [
-        (True, "cpu", "auto", "bfloat16"),
-        (False, "cpu", "auto", "auto"),
-        (True, "cpu", "float32", "float32"),
-        (True, "cuda", "auto", "auto"),
-    ],
+    ("bf16_cpu", "flag", "served", "hint"),
+    [(True, "auto", "auto", True), (False, "auto", "auto", False), (True, "bfloat16", "bfloat16", False)],
 )
-def test_the_demo_serves_bfloat16_on_cpus_that_compute_it(
-    monkeypatch: pytest.MonkeyPatch, bf16_cpu: bool, device: str, flag: str, served: str
+def test_the_demo_serves_float32_on_cpu_and_names_bfloat16_where_the_cpu_computes_it(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bf16_cpu: bool,
+    flag: str,
+    served: str,
+    hint: bool,
 ) -> None:
     from agentlightning.serving import models
 
     monkeypatch.setattr(models, "cpu_computes_bfloat16", lambda: bf16_cpu)
-    args = train_calculator.build_parser().parse_args(["--device", device, "--serve-dtype", flag])
-    config = train_calculator.grpo_config(args, Path("metrics.jsonl"))
-    assert config.serve_dtype == served == train_calculator.rft_config(args, Path("m.jsonl")).serve_dtype
+    args = train_calculator.build_parser().parse_args(["--device", "cpu", "--serve-dtype", flag])
+    assert train_calculator.grpo_config(args, Path("metrics.jsonl")).serve_dtype == served
+    assert train_calculator.rft_config(args, Path("m.jsonl")).serve_dtype == served
+    assert ("--serve-dtype bfloat16 decodes" in capsys.readouterr().out) is hint
 
 
 def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
