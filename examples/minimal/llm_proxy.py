@@ -19,8 +19,9 @@ Run (from the repository root):
                                                               # after `agl serve --model smollm2`
 
 What to expect: "proxy at http://127.0.0.1:PORT", the two replies (with the echo server, your own
-questions), "2 spans recorded for ro-...", one line per span with its name and the number of prompt and
-response token ids, and "2 triplets" with the same token counts: the proxy asked the backend for token
+questions), "4 spans recorded for ro-..." (each call, and under it the raw request the proxy sent, as
+v0.3 records them), one line per span with its name and the number of prompt and response token ids,
+and "2 triplets" with the same token counts: the proxy asked the backend for token
 ids, so the calls are ready for RL without any tracing code in the agent.
 """
 

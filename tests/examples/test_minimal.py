@@ -26,7 +26,8 @@ def test_llm_proxy_records_both_calls_with_token_ids_and_makes_triplets() -> Non
     out = run("llm_proxy.py").stdout
     assert re.search(r"proxy at http://127\.0\.0\.1:\d+", out)
     assert "A: What is 6 times 7?" in out  # the echo server repeats the question
-    assert re.search(r"2 spans recorded for ro-[0-9a-f]{12}", out)
+    assert re.search(r"4 spans recorded for ro-[0-9a-f]{12}", out)  # each call with its raw request span
+    assert re.findall(r"#(\d) raw_gen_ai_request", out) == ["1", "2"]
     counts = re.findall(r"#\d openai\.chat\.completion: (\d+) prompt ids, (\d+) response ids", out)
     assert len(counts) == 2 and all(int(p) > 0 and int(r) > 0 for p, r in counts)
     assert int(counts[1][0]) > int(counts[0][0])  # the second turn's prompt holds the first turn
