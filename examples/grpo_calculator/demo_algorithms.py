@@ -11,6 +11,7 @@ import asyncio
 import math
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from agentlightning.emitter import find_final_reward
@@ -20,6 +21,21 @@ if TYPE_CHECKING:
     from agentlightning.algorithm.rft import RFT
 
 _GREEDY, _SAMPLED = 0, 1  # the sample slot of a validation rollout says how it decoded
+
+
+@dataclass
+class DemoClock:
+    """The demo's time, shared by its stages: since its start, and without the held-out evaluations (the
+    training time that `--time-budget` counts: evaluating is measuring, so it does not use the budget)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    eval_s: float = 0.0
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.start
+
+    def train_s(self) -> float:
+        return self.elapsed_s() - self.eval_s
 
 
 def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
@@ -37,6 +53,7 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         config: Any
         learner: Any
         server: Any
+        last_step: bool
         llm_resource_name: str
         get_store: Any
         get_initial_resources: Any
@@ -46,8 +63,10 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         def _init_progress(self) -> None:
             self.progress: Any = None
             self.bar: Any = None
-            self.clock_start = time.perf_counter()
-            """Set by the demo at its start: evaluations record their time from there (`elapsed_s`)."""
+            self.clock = DemoClock()
+            """Set by the demo at its start (one for all stages): evaluations record their time from there."""
+            self.sampled_evals = "all"
+            """"all": every evaluation also samples; "ends": only before training and after the last step."""
             self.train_started: Optional[float] = None
             self.val_results: Dict[int, Dict[str, float]] = {}
             self.log_lines = not sys.stdout.isatty()
@@ -114,50 +133,52 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         def _label(self, step: int) -> str:
             return f"validation ({'before training' if step == 0 else f'after step {step}'})"
 
+        def _samples_at(self, step: int) -> bool:
+            return self.sampled_evals == "all" or step == 0 or self.last_step
+
         async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
-            """Each held-out task twice: greedy (temperature 0) and sampled (the training temperature)."""
+            """Each held-out task greedy (temperature 0) and, when `_samples_at`, sampled (training temperature)."""
             step = self.learner.global_step
             label = self._label(step)
             tasks = len(val_dataset)
-            watcher = asyncio.ensure_future(self._watch("val", step, 2 * tasks, label))
-            began = time.perf_counter()
+            passes = (("greedy", _GREEDY), ("sampled", _SAMPLED)) if self._samples_at(step) else (("greedy", _GREEDY),)
+            watcher = asyncio.ensure_future(self._watch("val", step, len(passes) * tasks, label))
+            began, train_s = time.perf_counter(), self.clock.train_s()
             try:
-                greedy = {(i, _GREEDY): val_dataset[i] for i in range(tasks)}
-                sampled = {(i, _SAMPLED): val_dataset[i] for i in range(tasks)}
-                enqueued = {
-                    **await self._enqueue(greedy, step, mode="val", resources_id=self.VAL_RESOURCES_ID),
-                    **await self._enqueue(sampled, step, mode="val", resources_id=self.sampled_val_resources_id),
-                }
+                enqueued: Dict[Any, str] = {}
+                for name, sample in passes:
+                    requests = {(i, sample): val_dataset[i] for i in range(tasks)}
+                    resources_id = self.VAL_RESOURCES_ID if name == "greedy" else self.sampled_val_resources_id
+                    enqueued.update(await self._enqueue(requests, step, mode="val", resources_id=resources_id))
                 await self._wait(list(enqueued.values()))
             finally:
                 watcher.cancel()
+                self.clock.eval_s += time.perf_counter() - began
             result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
-            for name, sample in (("greedy", _GREEDY), ("sampled", _SAMPLED)):
+            for name, sample in passes:
                 rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
                 result[f"{name}_reward"] = math.fsum(rewards) / max(1, tasks)  # exact: the same in any order
                 result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
                 result[f"{name}_finished"] = float(len(rewards))
-            result["elapsed_s"] = time.perf_counter() - self.clock_start
+            result["elapsed_s"], result["train_s"] = self.clock.elapsed_s(), train_s
             self.val_results[step] = result
-            unfinished = 2 * tasks - int(result["greedy_finished"] + result["sampled_finished"])
+            unfinished = len(enqueued) - int(sum(result[f"{name}_finished"] for name, _ in passes))
             if unfinished:
                 self._print(
-                    f"warning: {unfinished} of {2 * tasks} validation rollouts did not succeed within "
+                    f"warning: {unfinished} of {len(enqueued)} validation rollouts did not succeed within "
                     f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
                 )
+            sampled = f", sampled {result['sampled_exact']:.0%}" if "sampled_exact" in result else ""
             self._print(
-                f"{label}: exact answers greedy {result['greedy_exact']:.0%}, sampled {result['sampled_exact']:.0%} "
-                f"of {tasks} held-out tasks (reward {result['greedy_reward']:.3f} / {result['sampled_reward']:.3f}, "
-                f"{result['time_s']:.0f} s)"
+                f"{label}: exact answers greedy {result['greedy_exact']:.0%}{sampled} of {tasks} held-out tasks "
+                f"(greedy reward {result['greedy_reward']:.3f}, {result['time_s']:.0f} s; {train_s:.0f} s of training)"
             )
             self._advance(f"{label} done")
-            return {
-                "val_reward_mean": result["greedy_reward"],
-                "val_exact_accuracy": result["greedy_exact"],
-                "val_sampled_reward_mean": result["sampled_reward"],
-                "val_sampled_exact_accuracy": result["sampled_exact"],
-                "val_rollouts": float(2 * tasks),
-            }
+            metrics = {"val_reward_mean": result["greedy_reward"], "val_exact_accuracy": result["greedy_exact"]}
+            if "sampled_exact" in result:
+                metrics["val_sampled_reward_mean"] = result["sampled_reward"]
+                metrics["val_sampled_exact_accuracy"] = result["sampled_exact"]
+            return {**metrics, "val_rollouts": float(len(enqueued))}
 
         async def _tracked_step(self, train_dataset: Any, reuse_store: bool, label: str) -> Dict[str, Any]:
             """The parent's `train_step` with the progress shown and the exact-answer rate added."""
@@ -184,6 +205,11 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
                 return "validation (after the warm start)"
             return super()._label(step)
 
+        def elapsed_s(self) -> float:
+            """`--time-budget` counts the demo's training time: from its start (the warm start included),
+            without the held-out evaluations."""
+            return self.clock.train_s()
+
         async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
             cfg = self.config
             step = self.learner.global_step
@@ -202,7 +228,10 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             )
             assert self.train_started is not None
             per_step = (time.perf_counter() - self.train_started) / (step + 1)
-            eta = f"~{per_step * (cfg.total_steps - step - 1) / 60:.1f} min + validation"
+            left_s = per_step * (cfg.total_steps - step - 1)
+            if cfg.time_budget_s is not None:
+                left_s = min(left_s, max(0.0, cfg.time_budget_s - self.elapsed_s()))
+            eta = f"~{left_s / 60:.1f} min + validation"
             self._advance(f"trained {step + 1} steps", eta=eta)
             return metrics
 

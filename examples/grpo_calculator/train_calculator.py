@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calculator_agent import calculator_agent, load_tasks  # noqa: E402
-from demo_algorithms import make_algorithm_classes  # noqa: E402
+from demo_algorithms import DemoClock, make_algorithm_classes  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
 
@@ -119,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate the held-out tasks every N steps too (1: after every step, the learning curve); "
         "0: before and after training only",
     )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=0.0,
+        help="seconds of training (from the start, the warm start included, held-out evaluations not): the step "
+        "during which it runs out is the last (0: none; --steps still caps the run)",
+    )
+    parser.add_argument(
+        "--sampled-evals",
+        choices=["all", "ends"],
+        default="all",
+        help="which held-out evaluations also sample at the training temperature: all, or only before training "
+        "and after the last step (the greedy pass runs every time)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of task order and sampling")
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, ... (default auto: CUDA when present; the figures are CPU's)"
@@ -157,6 +171,8 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     """`--quick` shrinks the run to a smoke test of the whole pipeline (it does not show learning)."""
     if args.eval_every < 0:
         raise ValueError(f"--eval-every must be >= 0, got {args.eval_every}")
+    if args.time_budget < 0:
+        raise ValueError(f"--time-budget must be >= 0 seconds, got {args.time_budget}")
     if args.deterministic and args.warm_start != "none":
         raise ValueError("--deterministic covers GRPO only; run it with --warm-start none")
     if args.quick:
@@ -176,6 +192,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         group_size=args.group_size,
         batch_size=args.batch_size,
         total_steps=args.steps,
+        time_budget_s=args.time_budget or None,
         temperature=args.temperature,
         val_temperature=0.0,  # greedy; DemoGRPO adds a sampled pass at `temperature`
         max_new_tokens=args.max_tokens,
@@ -311,7 +328,8 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
 
     from agentlightning.store.sqlite import SqliteLightningStore
 
-    began = time.perf_counter()
+    clock = DemoClock()
+    began = clock.start
     args = apply_quick(args)
     output_dir: Path = args.output_dir
     prepare_output_dir(output_dir)
@@ -355,7 +373,7 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         total = args.steps + 1 + evals + (0 if rft is None else args.rft_rounds + 1)
         bar = progress.add_task("loading the model", total=total, eta="?")
         for stage in stages:
-            stage.progress, stage.bar, stage.clock_start = progress, bar, began
+            stage.progress, stage.bar, stage.clock, stage.sampled_evals = progress, bar, clock, args.sampled_evals
         trainer.fit(calculator_agent, train_dataset=train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
     if args.save_model and grpo.learner is not None:
         grpo.learner.export_model(output_dir / "model")
@@ -402,7 +420,7 @@ def _summary(
 ) -> Dict[str, Any]:
     val: Dict[int, Dict[str, float]] = algorithm.val_results
     before = val.get(0, {}) if rft is None else rft.val_results.get(0, {})  # the untrained model either way
-    after = val.get(args.steps, {})
+    after = val[max(val)] if val else {}  # after the last step (`--time-budget` may end the run before --steps)
     history: Sequence[Dict[str, Any]] = algorithm.history
     train = [r for r in history if "reward_mean" in r]
     updated = [r for r in train if not r.get("update_skipped")]
@@ -470,7 +488,11 @@ def _summary(
         "outputs": {"store": str(store_path), "metrics": str(metrics_path)},
         "warm_start": None if rft is None else {**_warm_start_summary(rft), "val_after": val.get(0, {})},
         "held_out_greedy_exact_by_time": [
-            {"elapsed_s": round(result["elapsed_s"], 1), "greedy_exact": round(result["greedy_exact"], 4)}
+            {
+                "elapsed_s": round(result["elapsed_s"], 1),
+                "train_s": round(result["train_s"], 1),
+                "greedy_exact": round(result["greedy_exact"], 4),
+            }
             for result in sorted(evaluations, key=lambda r: r["elapsed_s"])
         ],
     }

@@ -74,7 +74,8 @@ def test_the_demo_serves_float32_on_cpu_and_names_bfloat16_where_the_cpu_compute
 def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 2048  # the demo's few-shot prompt is longer than the default 512
-    args = train_calculator.build_parser().parse_args(["--quick", "--output-dir", str(tmp_path / "demo")])
+    argv = ["--quick", "--eval-every", "1", "--sampled-evals", "ends", "--output-dir", str(tmp_path / "demo")]
+    args = train_calculator.build_parser().parse_args(argv)
     summary = train_calculator.run_demo(args, model=model, tokenizer=tokenizer)
 
     out = tmp_path / "demo"
@@ -100,9 +101,10 @@ def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsy
 
     records = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2]
-    assert {"val_exact_accuracy", "val_sampled_exact_accuracy"} <= set(records[0]) and "val_exact_accuracy" in records[
-        2
-    ]
+    # Held out after every step; sampled too only before training and after the last step (--sampled-evals ends).
+    for record in records:
+        assert "val_exact_accuracy" in record
+        assert ("val_sampled_exact_accuracy" in record) == (record["step"] != 1)
     for record in records[1:]:
         assert record["rollouts"] == 4 and record["rollouts_failed"] == 0
         assert record["triplets_skipped"] == 0 and record["old_logprobs_recomputed"] == 0
@@ -114,8 +116,8 @@ def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsy
         assert record["optimizer_steps"] <= 2  # --optimizer-steps caps the updates per batch
 
     modes, llm_spans, with_tokens = asyncio.run(_llm_calls(out / "store.db"))
-    # 4 held-out tasks x (greedy + sampled) before and after, 2 steps x 2 tasks x 2 rollouts.
-    assert modes == {"val": 16, "train": 8}
+    # 4 held-out tasks x (greedy + sampled) before and after, greedy after step 1; 2 steps x 2 tasks x 2 rollouts.
+    assert modes == {"val": 20, "train": 8}
     assert llm_spans >= 24
     assert all(count >= 1 for _mode, count in with_tokens)
 
@@ -125,7 +127,9 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
 ) -> None:
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 2048
-    argv = ["--quick", "--warm-start", "rft", "--val-limit", "2", "--output-dir", str(tmp_path / "demo")]
+    # A budget spent by the warm start already: GRPO's first step is its last (of --quick's 2).
+    argv = ["--quick", "--warm-start", "rft", "--time-budget", "0.001", "--val-limit", "2"]
+    argv += ["--output-dir", str(tmp_path / "demo")]
     summary = train_calculator.run_demo(
         train_calculator.build_parser().parse_args(argv), model=model, tokenizer=tokenizer
     )
@@ -133,10 +137,13 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     warm = summary["warm_start"]
     assert warm["method"] == "rft" and warm["rounds"] == 1 and warm["rollouts"] == 4  # 2 tasks x 2 rollouts
     assert 0 <= warm["selected_rollouts"] <= 2 and set(warm["val_after"]) >= {"greedy_exact", "sampled_exact"}
-    assert summary["steps"] == 2 and summary["settings"]["warm_start"] == "rft"
+    assert summary["steps"] == 1 and summary["settings"]["warm_start"] == "rft"
     # Held out: the untrained model (before RFT), after the warm start, after GRPO, in time order.
     timeline = summary["held_out_greedy_exact_by_time"]
     assert len(timeline) == 3 and [p["elapsed_s"] for p in timeline] == sorted(p["elapsed_s"] for p in timeline)
+    # Training time (what the budget counts) leaves the evaluations out: it grows by less than the wall time.
+    assert [p["train_s"] for p in timeline] == sorted(p["train_s"] for p in timeline)
+    assert all(p["train_s"] < p["elapsed_s"] for p in timeline[1:])
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("warm start (RFT) round 1/1: ") for line in lines)
     assert any(line.startswith("validation (after the warm start): ") for line in lines)
@@ -155,9 +162,10 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
 
     found = asyncio.run(tags())
     # RFT: 4 train rollouts and the untrained model's held-out pass (2 tasks greedy + sampled); no pass after
-    # its last round (GRPO's first one evaluates the same weights). GRPO: 2 steps x 2 x 2, two held-out passes.
+    # its last round (GRPO's first one evaluates the same weights). GRPO: 1 step x 2 x 2, two held-out passes,
+    # and no rollouts prefetched for a step that the budget did not allow.
     assert found.count(("rft", "train")) == 4 and found.count(("rft", "val")) == 4
-    assert found.count(("grpo", "train")) == 8 and found.count(("grpo", "val")) == 8
+    assert found.count(("grpo", "train")) == 4 and found.count(("grpo", "val")) == 8
 
 
 def _steady(record: dict[str, Any]) -> dict[str, Any]:

@@ -99,6 +99,10 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.learner: Optional[GRPOLearner] = None
         self.server: Optional[PolicyServer] = None
         self.history: List[Dict[str, Any]] = []
+        self.run_started = time.perf_counter()
+        """When `run` began (reset there); `time_budget_s` counts from it."""
+        self.last_step = False
+        """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
 
@@ -167,6 +171,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
     async def _run(self, train_dataset: Dataset[Any], val_dataset: Optional[Dataset[Any]]) -> None:
         cfg = self.config
+        self.run_started = time.perf_counter()
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
         tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
@@ -176,16 +181,18 @@ class GRPO(PolicyHandoff, RolloutCollection):
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
                 self._record(0, await self.evaluate(val_dataset), writer)
-            while learner.global_step < cfg.total_steps:
+            self.last_step = False
+            while learner.global_step < cfg.total_steps and not self.last_step:
                 step = learner.global_step
                 metrics = await self.train_step(train_dataset, reuse_store=resumed)
                 resumed = False
                 done = learner.global_step
+                last = self.last_step or done >= cfg.total_steps
                 if val_dataset is not None and len(val_dataset) > 0:
-                    if (cfg.val_interval and done % cfg.val_interval == 0) or done == cfg.total_steps:
+                    if (cfg.val_interval and done % cfg.val_interval == 0) or last:
                         metrics.update(await self.evaluate(val_dataset))
                 self._record(done, metrics, writer)
-                if cfg.checkpoint_dir and (done % cfg.checkpoint_interval == 0 or done == cfg.total_steps):
+                if cfg.checkpoint_dir and (done % cfg.checkpoint_interval == 0 or last):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
                 logger.info("%s %s", self.NAME, format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
@@ -193,6 +200,14 @@ class GRPO(PolicyHandoff, RolloutCollection):
             await server.astop()
             if writer is not None and writer.path.exists():
                 plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+
+    def elapsed_s(self) -> float:
+        """Seconds counted against `time_budget_s`: since `run` began (a subclass may count otherwise)."""
+        return time.perf_counter() - self.run_started
+
+    def budget_spent(self) -> bool:
+        budget = self.config.time_budget_s
+        return budget is not None and self.elapsed_s() >= budget
 
     def _resume(self, learner: GRPOLearner, server: PolicyServer) -> bool:
         if not self.config.checkpoint_dir:
@@ -232,11 +247,13 @@ class GRPO(PolicyHandoff, RolloutCollection):
         started = time.perf_counter()
         if cfg.async_rollouts:
             batch = await self._collect_complete_groups(train_dataset, step, reuse_store, started)
-            if step + 1 < cfg.total_steps:
+            self.last_step = step + 1 >= cfg.total_steps or self.budget_spent()
+            if not self.last_step:
                 # Generation for the next step runs (on the current weights) while this step updates the policy.
                 await self._prefetch(train_dataset, step + 1)
         else:
             batch = await self._collect_step(train_dataset, step, reuse_store, started)
+            self.last_step = step + 1 >= cfg.total_steps or self.budget_spent()
         samples = batch.samples
         response_tokens = sum(len(s.response_ids) for s in samples)
         tied_dropped: Dict[str, float] = {}

@@ -22,6 +22,10 @@ class GRPOConfig:
     """Tasks per training step (so `batch_size * group_size` rollouts per step)."""
     total_steps: int = 10
     """Training steps to run (`GRPO.run` stops after this many)."""
+    time_budget_s: Optional[float] = None
+    """Wall-clock budget of the run, in seconds since `GRPO.run` began (None: none). The step whose rollouts
+    are collected after the budget is spent is the last one: it finishes its update, then the final
+    evaluation and checkpoint run as after `total_steps` (and no rollouts are prefetched for a next step)."""
     temperature: float = 1.0
     """Sampling temperature of training rollouts; the learner scores tokens at the same temperature."""
     max_new_tokens: int = 128
@@ -172,6 +176,7 @@ class GRPOConfig:
             "checkpoint_interval": self.checkpoint_interval >= 1,
             "max_prompt_length": self.max_prompt_length >= 1,
             "max_response_length": self.max_response_length >= 1,
+            "time_budget_s": self.time_budget_s is None or self.time_budget_s > 0,
         }
         self.roles = normalize_roles(self.roles)
         self.tracking = parse_backends(self.tracking)

@@ -242,3 +242,34 @@ def test_async_rollouts_overlap_generation_with_updates_and_swap_weights(tmp_pat
     for previous, record in zip(algorithm.history[:-1], algorithm.history[1:], strict=True):
         generation_s = record["rollouts"] / record["rollouts_per_s"]
         assert generation_s >= record["rollout_wait_s"] + 0.5 * previous["train_time_s"]
+
+
+def test_a_spent_time_budget_makes_the_current_step_the_last(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, total_steps=5, time_budget_s=1e-3)  # spent by the time the first rollouts are in
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    _fit(algorithm, InMemoryLightningStore(), val=True)
+
+    assert [record["step"] for record in algorithm.history] == [0, 1]
+    assert "val_reward_mean" in algorithm.history[-1], "the last step is evaluated as after total_steps"
+    assert (tmp_path / "ckpt" / "step-000001" / "trainer_state.pt").exists()
+    with pytest.raises(ValueError, match="time_budget_s=0"):
+        _config(tmp_path, time_budget_s=0)
+
+
+def test_an_async_run_out_of_time_prefetches_nothing_after_its_last_step(tmp_path: Path) -> None:
+    class StepClock(GRPO):
+        def elapsed_s(self) -> float:  # 100 "seconds" per finished step: the budget runs out after two
+            assert self.learner is not None
+            return 100.0 * self.learner.global_step
+
+    model, tokenizer = tiny_model()
+    config = _config(tmp_path, total_steps=10, async_rollouts=True, time_budget_s=150, checkpoint_dir=None)
+    algorithm = StepClock(config, model=model, tokenizer=tokenizer)
+    store = InMemoryLightningStore()
+    _fit(algorithm, store, agent=patient_vowel_agent)
+
+    assert [record["step"] for record in algorithm.history] == [1, 2, 3]
+    rollouts = asyncio.run(store.query_rollouts())
+    assert len(rollouts) == 3 * 8, "no rollouts were enqueued for a fourth step"
+    assert {rollout.status for rollout in rollouts} == {"succeeded"}

@@ -1,0 +1,140 @@
+"""Seed study of the demo: `make demo` as it is against an RFT warm start, at the same training-time budget.
+
+Runs `examples/grpo_calculator/train_calculator.py` once per seed and arm, one run at a time (each uses the
+whole machine), the arms alternating so that a drift of the machine touches both alike. Every run evaluates
+the 16 held-out tasks greedily after each step (`--eval-every 1 --sampled-evals ends`) and stops at the
+step during which its training time (held-out evaluations left out, the warm start counted) reaches
+`--time-budget`. The table gives, per run, the best held-out greedy accuracy, whether and when (training
+seconds) it first reached `--threshold`, and per arm how many runs got there.
+
+    python benchmarks/demo_seeds.py                    # 5 seeds x 2 arms, about 80 min on 2 cores
+    python benchmarks/demo_seeds.py --report --json    # the table of runs already in --output-dir
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "examples" / "grpo_calculator" / "train_calculator.py"
+
+
+def run_dir(output_dir: Path, arm: str, seed: int) -> Path:
+    return output_dir / f"{arm}-seed{seed}"
+
+
+def run_one(args: argparse.Namespace, arm: str, seed: int) -> None:
+    out = run_dir(args.output_dir, arm, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(DEMO), "--seed", str(seed), "--warm-start", arm, "--output-dir", str(out)]
+    command += ["--time-budget", str(args.time_budget), "--steps", str(args.max_steps)]
+    command += ["--eval-every", "1", "--sampled-evals", "ends", *args.demo_args]
+    began = time.perf_counter()
+    with (out / "log.txt").open("w", encoding="utf-8") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, check=False).returncode
+    last = (out / "log.txt").read_text(encoding="utf-8").strip().splitlines()[-1:] or [""]
+    print(f"{arm:>4} seed {seed}: exit {code}, {time.perf_counter() - began:.0f} s: {last[0]}", flush=True)
+
+
+def read_run(output_dir: Path, arm: str, seed: int, threshold: float) -> Optional[Dict[str, Any]]:
+    path = run_dir(output_dir, arm, seed) / "summary.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    timeline: List[Dict[str, float]] = summary["held_out_greedy_exact_by_time"]
+    reached = next((point for point in timeline if point["greedy_exact"] >= threshold), None)
+    warm = summary.get("warm_start") or {}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "steps": summary["steps"],
+        "warm_start_s": warm.get("seconds", 0.0),
+        "greedy_final": summary["held_out_exact_accuracy"]["greedy_exact"]["after"],
+        "greedy_best": max(point["greedy_exact"] for point in timeline),
+        "reached": reached is not None,
+        "train_s_to_threshold": None if reached is None else reached["train_s"],
+        "wall_s_to_threshold": None if reached is None else reached["elapsed_s"],
+        "train_s_total": timeline[-1]["train_s"],
+        "wall_s": summary["wall_s"],
+        "failed_rollouts": summary["rollouts"]["failed"],
+        "greedy_by_train_s": [(point["train_s"], point["greedy_exact"]) for point in timeline],
+    }
+
+
+def arm_summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    times = [run["train_s_to_threshold"] for run in runs if run["reached"]]
+    return {
+        "runs": len(runs),
+        "reached": len(times),
+        "median_train_s_to_threshold": statistics.median(times) if times else None,
+        "train_s_to_threshold": sorted(times),
+        "mean_greedy_final": statistics.fmean(run["greedy_final"] for run in runs) if runs else None,
+    }
+
+
+def print_table(runs: List[Dict[str, Any]], arms: Dict[str, Dict[str, Any]], threshold: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Demo seeds: held-out greedy exact accuracy, threshold {threshold}")
+    for column in ("arm", "seed", "steps", "warm start s", "final", "best", f">= {threshold} at (train s)"):
+        table.add_column(column, justify="right")
+    table.add_column("train s / wall s", justify="right")
+    for run in runs:
+        at = "never" if not run["reached"] else f"{run['train_s_to_threshold']:.0f} ({run['wall_s_to_threshold']:.0f})"
+        table.add_row(
+            run["arm"],
+            str(run["seed"]),
+            str(run["steps"]),
+            f"{run['warm_start_s']:.0f}",
+            f"{run['greedy_final']:.2f}",
+            f"{run['greedy_best']:.2f}",
+            at,
+            f"{run['train_s_total']:.0f} / {run['wall_s']:.0f}",
+        )
+    console = Console()
+    console.print(table)
+    for arm, result in arms.items():
+        median = result["median_train_s_to_threshold"]
+        console.print(
+            f"{arm}: {result['reached']}/{result['runs']} reached {threshold}"
+            + ("" if median is None else f", median {median:.0f} training s")
+            + f", mean final greedy {result['mean_greedy_final']:.2f}"
+        )
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--arms", nargs="+", choices=["none", "rft"], default=["none", "rft"])
+    parser.add_argument("--time-budget", type=float, default=300.0, help="training seconds per run (both arms)")
+    parser.add_argument("--max-steps", type=int, default=30, help="GRPO steps at most (the budget ends runs first)")
+    parser.add_argument("--threshold", type=float, default=0.9, help="held-out greedy exact accuracy to reach")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "seeds")
+    parser.add_argument("--report", action="store_true", help="only tabulate the runs in --output-dir")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("demo_args", nargs="*", help="more demo flags, after --")
+    args = parser.parse_args(argv)
+    if not args.report:
+        for seed in args.seeds:
+            for arm in args.arms:
+                run_one(args, arm, seed)
+    runs = [
+        r for seed in args.seeds for arm in args.arms if (r := read_run(args.output_dir, arm, seed, args.threshold))
+    ]
+    arms = {arm: arm_summary([r for r in runs if r["arm"] == arm]) for arm in args.arms}
+    if args.json:
+        print(json.dumps({"threshold": args.threshold, "arms": arms, "runs": runs}, indent=2))
+    else:
+        print_table(runs, arms, args.threshold)
+
+
+if __name__ == "__main__":
+    main()
