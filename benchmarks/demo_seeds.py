@@ -50,6 +50,7 @@ def read_run(output_dir: Path, arm: str, seed: int, threshold: float) -> Optiona
     summary = json.loads(path.read_text(encoding="utf-8"))
     timeline: List[Dict[str, float]] = summary["held_out_greedy_exact_by_time"]
     reached = next((point for point in timeline if point["greedy_exact"] >= threshold), None)
+    held = [i for i in range(len(timeline)) if all(p["greedy_exact"] >= threshold for p in timeline[i:])]
     warm = summary.get("warm_start") or {}
     return {
         "arm": arm,
@@ -58,9 +59,13 @@ def read_run(output_dir: Path, arm: str, seed: int, threshold: float) -> Optiona
         "warm_start_s": warm.get("seconds", 0.0),
         "greedy_final": summary["held_out_exact_accuracy"]["greedy_exact"]["after"],
         "greedy_best": max(point["greedy_exact"] for point in timeline),
+        "sampled_final": summary["held_out_exact_accuracy"]["sampled_exact"]["after"],
+        "train_exact_first_step": (summary["train_exact_per_step"] or [0.0])[0],
         "reached": reached is not None,
         "train_s_to_threshold": None if reached is None else reached["train_s"],
         "wall_s_to_threshold": None if reached is None else reached["elapsed_s"],
+        # From this evaluation on, every later one stayed at or above the threshold.
+        "train_s_to_stay": timeline[held[0]]["train_s"] if held else None,
         "train_s_total": timeline[-1]["train_s"],
         "wall_s": summary["wall_s"],
         "failed_rollouts": summary["rollouts"]["failed"],
@@ -70,12 +75,16 @@ def read_run(output_dir: Path, arm: str, seed: int, threshold: float) -> Optiona
 
 def arm_summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     times = [run["train_s_to_threshold"] for run in runs if run["reached"]]
+    stays = [run["train_s_to_stay"] for run in runs if run["train_s_to_stay"] is not None]
     return {
         "runs": len(runs),
         "reached": len(times),
         "median_train_s_to_threshold": statistics.median(times) if times else None,
         "train_s_to_threshold": sorted(times),
+        "stayed": len(stays),
+        "median_train_s_to_stay": statistics.median(stays) if stays else None,
         "mean_greedy_final": statistics.fmean(run["greedy_final"] for run in runs) if runs else None,
+        "mean_sampled_final": statistics.fmean(run["sampled_final"] for run in runs) if runs else None,
     }
 
 
@@ -84,8 +93,10 @@ def print_table(runs: List[Dict[str, Any]], arms: Dict[str, Dict[str, Any]], thr
     from rich.table import Table
 
     table = Table(title=f"Demo seeds: held-out greedy exact accuracy, threshold {threshold}")
-    for column in ("arm", "seed", "steps", "warm start s", "final", "best", f">= {threshold} at (train s)"):
+    columns = ("arm", "seed", "steps", "warm start s", "step 1 train exact", "final", "sampled final")
+    for column in (*columns, f">= {threshold} at (train s)"):
         table.add_column(column, justify="right")
+    table.add_column("stays from (train s)", justify="right")
     table.add_column("train s / wall s", justify="right")
     for run in runs:
         at = "never" if not run["reached"] else f"{run['train_s_to_threshold']:.0f} ({run['wall_s_to_threshold']:.0f})"
@@ -94,9 +105,11 @@ def print_table(runs: List[Dict[str, Any]], arms: Dict[str, Dict[str, Any]], thr
             str(run["seed"]),
             str(run["steps"]),
             f"{run['warm_start_s']:.0f}",
+            f"{run['train_exact_first_step']:.0%}",
             f"{run['greedy_final']:.2f}",
-            f"{run['greedy_best']:.2f}",
+            f"{run['sampled_final']:.2f}",
             at,
+            "never" if run["train_s_to_stay"] is None else f"{run['train_s_to_stay']:.0f}",
             f"{run['train_s_total']:.0f} / {run['wall_s']:.0f}",
         )
     console = Console()
@@ -106,7 +119,9 @@ def print_table(runs: List[Dict[str, Any]], arms: Dict[str, Dict[str, Any]], thr
         console.print(
             f"{arm}: {result['reached']}/{result['runs']} reached {threshold}"
             + ("" if median is None else f", median {median:.0f} training s")
-            + f", mean final greedy {result['mean_greedy_final']:.2f}"
+            + f"; {result['stayed']} stayed there"
+            + ("" if not result["stayed"] else f" from a median {result['median_train_s_to_stay']:.0f} s")
+            + f", mean final greedy {result['mean_greedy_final']:.2f}, sampled {result['mean_sampled_final']:.2f}"
         )
 
 

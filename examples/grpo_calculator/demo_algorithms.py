@@ -243,20 +243,20 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             self._init_progress()
 
         async def evaluate(self, val_dataset: Any) -> Dict[str, float]:
-            if self.learner.global_step == self.config.total_steps:
+            if self.last_step:
                 return {}  # GRPO evaluates these weights first thing
             return await super().evaluate(val_dataset)
 
         async def train_step(self, train_dataset: Any, *, reuse_store: bool = False) -> Dict[str, Any]:
-            cfg = self.config
             step = self.learner.global_step
-            label = f"warm start (RFT) round {step + 1}/{cfg.total_steps}"
+            label = f"warm start (RFT) round {step + 1}"
             metrics = await self._tracked_step(train_dataset, reuse_store, label)
+            empty = " (none kept: no update" + ("" if self.last_step else "; sampling again") + ")"
             self._print(
                 f"{label}: train reward {metrics['reward_mean']:.3f}, exact {metrics['exact_rate']:.0%}, kept "
                 f"{metrics['selected_rollouts']:.0f} of {metrics['rollouts']:.0f} rollouts "
                 f"({metrics['rows_trained']:.0f} rows), {metrics['step_time_s']:.0f} s"
-                + (" (none kept: no update)" if metrics.get("update_skipped") else "")
+                + (empty if metrics.get("update_skipped") else "")
             )
             self._advance(f"warm start: {step + 1} rounds")
             return metrics

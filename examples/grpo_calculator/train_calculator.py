@@ -154,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
         "valid tool calls; none: GRPO from the untrained model (slower and less sure to learn: docs/demo.md)",
     )
     parser.add_argument("--rft-rounds", type=int, default=1, help="warm start: sample/select/fine-tune rounds")
+    parser.add_argument(
+        "--rft-max-empty-rounds",
+        type=int,
+        default=2,
+        help="warm start: a round that keeps no rollout does not count; sample again on the next tasks, this "
+        "many times at most",
+    )
     parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
     parser.add_argument("--rft-group-size", type=int, default=8, help="warm start: rollouts per task")
     parser.add_argument(
@@ -181,7 +188,7 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     if args.quick:
         args.steps, args.batch_size, args.group_size = 2, 2, 2
         args.val_limit, args.max_tokens, args.n_runners = min(args.val_limit, 4), 24, min(args.n_runners, 2)
-        args.rft_rounds, args.rft_tasks, args.rft_group_size = 1, 2, 2
+        args.rft_rounds, args.rft_tasks, args.rft_group_size, args.rft_max_empty_rounds = 1, 2, 2, 0
     return args
 
 
@@ -237,6 +244,7 @@ def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
 
     return RFTConfig(
         rounds=args.rft_rounds,
+        max_empty_rounds=args.rft_max_empty_rounds,
         tasks_per_round=args.rft_tasks,
         group_size=args.rft_group_size,
         temperature=args.temperature,

@@ -162,7 +162,7 @@ def test_quick_demo_with_an_rft_warm_start_runs_rft_then_grpo_on_one_store(
     assert [p["train_s"] for p in timeline] == sorted(p["train_s"] for p in timeline)
     assert all(p["train_s"] < p["elapsed_s"] for p in timeline[1:])
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("warm start (RFT) round 1/1: ") for line in lines)
+    assert any(line.startswith("warm start (RFT) round 1: ") for line in lines)
     assert any(line.startswith("validation (after the warm start): ") for line in lines)
     assert (tmp_path / "rft-seed0" / "rft_metrics.jsonl").exists()
 

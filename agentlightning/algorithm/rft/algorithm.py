@@ -68,6 +68,8 @@ class RFT(GRPO):
     ) -> None:
         base = config.to_dict() if config is not None else {}
         self.rft_config = RFTConfig.from_dict({**base, **config_overrides})
+        self.empty_rounds = 0
+        """Rounds of this run that kept no rollout (see `RFTConfig.max_empty_rounds`)."""
         super().__init__(
             self.rft_config.learner_config(),
             model=model,
@@ -92,6 +94,9 @@ class RFT(GRPO):
         )
         kept_ids = {r.rollout_id for r in kept}
         samples = [s for s in batch.samples if s.rollout_id in kept_ids]
+        self.empty_rounds += not samples
+        # The last round: `rounds` of them trained (empty ones within `max_empty_rounds` do not count).
+        self.last_step = step + 1 - self.empty_rounds >= cfg.rounds or step + 1 >= self.config.total_steps
         if samples:
             metrics = await asyncio.to_thread(self._supervised_update, samples)
             metrics["nll"] = metrics.pop("pg_loss")

@@ -18,6 +18,10 @@ class RFTConfig:
     # Sampling
     rounds: int = 1
     """Sample -> select -> fine-tune cycles; each round samples with the weights the previous one trained."""
+    max_empty_rounds: int = 0
+    """Rounds that keep no rollout (so train nothing) do not count toward `rounds`: up to this many of them
+    are sampled again, on the next tasks (so a run makes at most `rounds + max_empty_rounds` rounds; after
+    a restart the rounds before it count as training ones)."""
     tasks_per_round: int = 8
     """Training tasks sampled per round (consecutive slices of seeded shuffles of the training set)."""
     group_size: int = 8
@@ -89,6 +93,8 @@ class RFTConfig:
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid RFTConfig: {values} (each must be >= 1)")
+        if self.max_empty_rounds < 0:
+            raise ValueError(f"invalid RFTConfig: max_empty_rounds={self.max_empty_rounds!r} (must be >= 0)")
         if self.selection not in ("best_per_group", "threshold"):
             raise ValueError(f"selection must be 'best_per_group' or 'threshold', got {self.selection!r}")
         if self.selection == "threshold" and self.reward_threshold is None:
@@ -100,7 +106,7 @@ class RFTConfig:
         return GRPOConfig(
             group_size=self.group_size,
             batch_size=self.tasks_per_round,
-            total_steps=self.rounds,
+            total_steps=self.rounds + self.max_empty_rounds,
             temperature=self.temperature,
             max_new_tokens=self.max_new_tokens,
             rollout_timeout_s=self.rollout_timeout_s,

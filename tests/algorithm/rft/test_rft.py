@@ -120,3 +120,37 @@ def test_rft_with_lora_and_a_threshold_nobody_reaches_skips_the_update() -> None
     assert policy is not None and policy.trained_by == "RFT" and policy.source == "a loaded model"
     # Nothing was trained: the merged policy is the base model, unchanged.
     assert all(torch.equal(base[n], p) for n, p in policy.model.named_parameters())
+
+
+@pytest.mark.parametrize(("threshold", "rounds"), [(2.0, 3), (0.0, 1)])
+def test_a_round_that_keeps_nothing_samples_the_next_tasks_within_max_empty_rounds(
+    threshold: float, rounds: int
+) -> None:
+    model, tokenizer = tiny_model()
+    algorithm = agl.RFT(
+        model=model,
+        tokenizer=tokenizer,
+        rounds=1,
+        max_empty_rounds=2,
+        tasks_per_round=2,
+        group_size=2,
+        max_new_tokens=4,
+        device="cpu",
+        selection="threshold",
+        reward_threshold=threshold,  # 2.0: no vowel fraction reaches it; 0.0: every rollout does
+    )
+    store = InMemoryLightningStore()
+    fit(algorithm, store)
+
+    # 2.0: every round was empty, so the run sampled 1 + max_empty_rounds; 0.0: the first round trained.
+    assert len(algorithm.history) == rounds and algorithm.empty_rounds == (3 if threshold == 2.0 else 0)
+    assert [r["update_skipped"] for r in algorithm.history] == [float(threshold == 2.0)] * rounds
+    # Each round sampled its own tasks: the next slice of the shuffled training set.
+    tasks_by_round: dict[int, set[str]] = {}
+    for rollout in asyncio.run(store.query_rollouts()):
+        tasks_by_round.setdefault(rollout.metadata["rft_round"], set()).add(rollout.input["question"])
+    assert sorted(tasks_by_round) == list(range(rounds))
+    if rounds == 3:
+        assert tasks_by_round[0] != tasks_by_round[1]
+    with pytest.raises(ValueError, match="max_empty_rounds=-1"):
+        RFTConfig(max_empty_rounds=-1)
