@@ -148,7 +148,7 @@ def test_a_round_that_keeps_nothing_samples_the_next_tasks_within_max_empty_roun
     # Each round sampled its own tasks: the next slice of the shuffled training set.
     tasks_by_round: dict[int, set[str]] = {}
     for rollout in asyncio.run(store.query_rollouts()):
-        tasks_by_round.setdefault(rollout.metadata["rft_round"], set()).add(rollout.input["question"])
+        tasks_by_round.setdefault((rollout.metadata or {})["rft_round"], set()).add(rollout.input["question"])
     assert sorted(tasks_by_round) == list(range(rounds))
     if rounds == 3:
         assert tasks_by_round[0] != tasks_by_round[1]
