@@ -125,6 +125,35 @@ def print_table(runs: List[Dict[str, Any]], arms: Dict[str, Dict[str, Any]], thr
         )
 
 
+def plot_runs(runs: List[Dict[str, Any]], path: Path, threshold: float, budget: float) -> None:
+    """Held-out greedy accuracy against training seconds, one line per run, a colour per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"none": "tab:blue", "rft": "tab:orange"}
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for run in runs:
+        seconds, accuracy = zip(*run["greedy_by_train_s"], strict=True)
+        label = f"{'GRPO alone' if run['arm'] == 'none' else 'RFT warm start, then GRPO'}"
+        first = all(other["arm"] != run["arm"] for other in runs[: runs.index(run)])
+        axes.plot(
+            seconds, accuracy, marker=".", color=colours.get(run["arm"]), alpha=0.7, label=label if first else None
+        )
+    axes.axhline(threshold, color="grey", ls=":", lw=1)
+    axes.axvline(budget, color="grey", ls="--", lw=1)
+    axes.set_xlabel("training seconds (held-out evaluations left out)")
+    axes.set_ylabel("held-out exact accuracy, greedy")
+    axes.set_ylim(-0.05, 1.05)
+    axes.set_title(f"Demo seeds: {len({r['seed'] for r in runs})} seeds per arm, {budget:.0f} s budget")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -135,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--output-dir", type=Path, default=ROOT / "runs" / "seeds")
     parser.add_argument("--report", action="store_true", help="only tabulate the runs in --output-dir")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--plot", type=Path, help="also draw accuracy against training time to this PNG")
     parser.add_argument("demo_args", nargs="*", help="more demo flags, after --")
     args = parser.parse_args(argv)
     if not args.report:
@@ -145,6 +175,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         r for seed in args.seeds for arm in args.arms if (r := read_run(args.output_dir, arm, seed, args.threshold))
     ]
     arms = {arm: arm_summary([r for r in runs if r["arm"] == arm]) for arm in args.arms}
+    if args.plot is not None:
+        plot_runs(runs, args.plot, args.threshold, args.time_budget)
     if args.json:
         print(json.dumps({"threshold": args.threshold, "arms": arms, "runs": runs}, indent=2))
     else:
