@@ -302,9 +302,10 @@ def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
         axes.plot(
             steps, [r.get("val_exact_accuracy", 0.0) for r in val], marker="D", lw=2, label="held-out exact, greedy"
         )
+        sampled = [r for r in val if "val_sampled_exact_accuracy" in r]  # --sampled-evals ends: first and last
         axes.plot(
-            steps,
-            [r.get("val_sampled_exact_accuracy", 0.0) for r in val],
+            [r["step"] for r in sampled],
+            [r["val_sampled_exact_accuracy"] for r in sampled],
             marker="s",
             ls="--",
             label="held-out exact, sampled",
@@ -390,7 +391,10 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     if args.save_model and grpo.learner is not None:
         grpo.learner.export_model(output_dir / "model")
     summary = _summary(args, grpo, rft, time.perf_counter() - began, store_path, metrics_path)
-    plot_demo_curve(metrics_path, output_dir / "reward_curve.png", "GRPO on the calculator task (SmolLM2-135M, CPU)")
+    stages_title = "GRPO" if rft is None else "RFT warm start (step 0), then GRPO"
+    plot_demo_curve(
+        metrics_path, output_dir / "reward_curve.png", f"{stages_title} on the calculator task (SmolLM2, CPU)"
+    )
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_summary(summary, output_dir)
     print(summary["line"], flush=True)
