@@ -104,6 +104,10 @@ def build_app(service: TinkerService) -> FastAPI:
     async def _heartbeat(request: Request) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
         return service.heartbeat(str((await _json(request)).get("session_id")))
 
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def _finish(session_id: str) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
+        return service.finish_session(session_id)
+
     @app.post("/api/v1/create_model")
     async def _create_model(request: Request) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
         return service.create_model(await _json(request))

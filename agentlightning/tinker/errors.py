@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-__all__ = ["TinkerError", "TinkerUserError", "TinkerNotFound", "error_body"]
+__all__ = ["TinkerError", "TinkerUserError", "TinkerNotFound", "TinkerGone", "error_body"]
 
 
 class TinkerError(Exception):
@@ -26,6 +26,12 @@ class TinkerNotFound(TinkerError, LookupError):
     """An unknown session, model, checkpoint or future (HTTP 404)."""
 
     status = 404
+
+
+class TinkerGone(TinkerError):
+    """A finished session (HTTP 410: the SDK stops its heartbeat)."""
+
+    status = 410
 
 
 def error_body(message: str, category: str = "user") -> Dict[str, Any]:

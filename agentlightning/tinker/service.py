@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .config import TinkerConfig
-from .errors import TinkerNotFound, TinkerUserError
+from .errors import TinkerGone, TinkerNotFound, TinkerUserError
 from .futures import FutureTable, Outcome
 from .runs import LoraSettings, TrainingRun, read_run_file, weights_fingerprint
 from .sampler import SamplerPool, ServedPolicy, sample
@@ -82,6 +82,7 @@ class _Session:
     created: float
     last_heartbeat: float
     models: List[str] = field(default_factory=lambda: [])
+    finished: bool = False
 
 
 class TinkerService:
@@ -149,8 +150,15 @@ class TinkerService:
         session = self.sessions.get(session_id)
         if session is None:
             raise TinkerNotFound(f"session {session_id!r} is unknown here; create_session first")
+        if session.finished:
+            raise TinkerGone(f"session {session_id!r} has finished")
         session.last_heartbeat = time.time()
         return {"type": "session_heartbeat"}
+
+    def finish_session(self, session_id: str) -> Dict[str, Any]:
+        """The client is done: its session ends (its runs and checkpoints stay)."""
+        self._session(session_id).finished = True
+        return {}
 
     def _session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
