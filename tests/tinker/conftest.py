@@ -38,8 +38,16 @@ def tinker_server(tiny_model_path: str, tmp_path: Path) -> Iterator[TinkerServer
         default_max_tokens=16,
         retrieve_wait_s=5.0,
     )
-    with TinkerServer(config) as server:
-        yield server
+    import torch
+
+    # One intra-op thread: on a busy CPU two threads of a tiny model's matmuls mostly wait for each other.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with TinkerServer(config) as server:
+            yield server
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
