@@ -106,7 +106,7 @@ def build_app(service: TinkerService) -> FastAPI:
 
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def _finish(session_id: str) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
-        return service.finish_session(session_id)
+        return await service.finish_session(session_id)
 
     @app.post("/api/v1/create_model")
     async def _create_model(request: Request) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
@@ -158,6 +158,10 @@ def build_app(service: TinkerService) -> FastAPI:
     @app.post("/api/v1/create_sampling_session")
     async def _create_sampling_session(request: Request) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
         return service.create_sampling_session(await _json(request))
+
+    @app.get("/api/v1/samplers/{sampler_id}")
+    async def _sampler(sampler_id: str) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
+        return service.sampler_info(sampler_id)
 
     @app.post("/api/v1/asample")
     async def _asample(request: Request) -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]

@@ -27,7 +27,8 @@ class SessionRecorder:
     def __init__(self, store: LightningStore) -> None:
         self.store = store
         self._rollouts: Dict[str, Tuple[str, str]] = {}
-        """Sampling session id -> (rollout id, attempt id)."""
+        """Sampling session id -> (rollout id, attempt id) of sessions still sampling."""
+        self._finished: Dict[str, str] = {}
 
     async def rollout_of(self, session_id: str, model: str) -> Tuple[str, str]:
         if session_id not in self._rollouts:
@@ -38,9 +39,17 @@ class SessionRecorder:
             self._rollouts[session_id] = (attempted.rollout_id, attempted.attempt.attempt_id)
         return self._rollouts[session_id]
 
+    async def finish(self, session_ids: Sequence[str]) -> None:
+        """The client finished: the rollouts of these sampling sessions succeed (and `agl export` takes them)."""
+        for session_id in session_ids:
+            ids = self._rollouts.pop(session_id, None)
+            if ids is not None:
+                await self.store.finish_attempt(ids[0], ids[1], "succeeded")
+                self._finished[session_id] = ids[0]
+
     def rollout_ids(self) -> Dict[str, str]:
         """Sampling session id -> the rollout its calls are recorded in."""
-        return {session: ids[0] for session, ids in self._rollouts.items()}
+        return {**self._finished, **{session: ids[0] for session, ids in self._rollouts.items()}}
 
     async def record(
         self,

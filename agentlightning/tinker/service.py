@@ -74,6 +74,8 @@ class _SamplingSession:
     session_id: str
     model_path: Optional[str]
     base_model: str
+    owner: Optional[str] = None
+    """The client session that created it."""
 
 
 @dataclass
@@ -155,9 +157,13 @@ class TinkerService:
         session.last_heartbeat = time.time()
         return {"type": "session_heartbeat"}
 
-    def finish_session(self, session_id: str) -> Dict[str, Any]:
-        """The client is done: its session ends (its runs and checkpoints stay)."""
+    async def finish_session(self, session_id: str) -> Dict[str, Any]:
+        """The client is done: its session ends (its runs and checkpoints stay); recorded sampling sessions
+        become succeeded rollouts."""
         self._session(session_id).finished = True
+        if self.recorder is not None:
+            mine = [s.session_id for s in self.sampling_sessions.values() if s.owner == session_id]
+            await self.recorder.finish(mine)
         return {}
 
     def _session(self, session_id: str) -> _Session:
@@ -233,6 +239,7 @@ class TinkerService:
         kind = "sampler_weights" if for_sampler else "weights"
         record = CheckpointRecord(run.run_id, kind, name, datetime.now(timezone.utc), body.get("user_metadata"))
         base_model = run.base_model
+        owner = next((sid for sid, session in self.sessions.items() if run.run_id in session.models), None)
 
         def work() -> Outcome:
             run.save(kind, name)
@@ -245,7 +252,7 @@ class TinkerService:
                 )
             self.checkpoints.setdefault(run.run_id, []).append(record)
             if for_sampler and body.get("path") is None:
-                sampling_id = self._new_sampling_session(record.path, base_model)
+                sampling_id = self._new_sampling_session(record.path, base_model, owner)
                 return Outcome(json={"type": "save_weights_for_sampler", "sampling_session_id": sampling_id})
             reply_type = "save_weights_for_sampler" if for_sampler else "save_weights"
             return Outcome(json={"type": reply_type, "path": record.path})
@@ -325,9 +332,9 @@ class TinkerService:
 
     # Sampling ----------------------------------------------------------------------------------------
 
-    def _new_sampling_session(self, model_path: Optional[str], base_model: str) -> str:
+    def _new_sampling_session(self, model_path: Optional[str], base_model: str, owner: Optional[str]) -> str:
         session_id = f"sampler-{uuid.uuid4().hex[:12]}"
-        self.sampling_sessions[session_id] = _SamplingSession(session_id, model_path, base_model)
+        self.sampling_sessions[session_id] = _SamplingSession(session_id, model_path, base_model, owner)
         return session_id
 
     def create_sampling_session(self, body: Dict[str, Any]) -> Dict[str, Any]:
@@ -339,8 +346,14 @@ class TinkerService:
         else:
             base_model = str(body.get("base_model") or "")
             self.source_of(base_model)
-        session_id = self._new_sampling_session(model_path, base_model)
+        session_id = self._new_sampling_session(model_path, base_model, str(body.get("session_id")))
         return {"type": "create_sampling_session", "sampling_session_id": session_id}
+
+    def sampler_info(self, sampler_id: str) -> Dict[str, Any]:
+        target = self.sampling_sessions.get(sampler_id)
+        if target is None:
+            raise TinkerNotFound(f"sampling session {sampler_id!r} is unknown here")
+        return {"sampler_id": sampler_id, "base_model": target.base_model, "model_path": target.model_path}
 
     def policy_for(self, model_path: Optional[str], base_model: str) -> ServedPolicy:
         """The policy server that samples `model_path` (or the base model): the run's live one when it
