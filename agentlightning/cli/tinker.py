@@ -76,6 +76,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_cli_logging(args.log_level)
     keys = tuple(args.api_key or ([os.environ["AGL_TINKER_API_KEY"]] if os.environ.get("AGL_TINKER_API_KEY") else []))
+    if not keys and not args.no_auth:
+        print("agl tinker: give --api-key tml-... (what clients set as TINKER_API_KEY), or --no-auth", file=sys.stderr)
+        return 2
     try:
         from agentlightning.tinker import TinkerConfig, TinkerServer
 

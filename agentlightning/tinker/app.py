@@ -59,7 +59,9 @@ def build_app(service: TinkerService) -> FastAPI:
         if service.config.require_api_key and request.url.path not in _OPEN_PATHS:
             key = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
             if key not in keys:
-                return _fail(401, "missing or unknown API key; pass the key `agl tinker` was started with (TINKER_API_KEY)")
+                return _fail(
+                    401, "missing or unknown API key; pass the key `agl tinker` was started with (TINKER_API_KEY)"
+                )
         try:
             return await call_next(request)
         except TinkerError as exc:

@@ -36,7 +36,7 @@ class Outcome:
 @dataclass
 class _Entry:
     kind: str
-    future: "asyncio.Future[Outcome]" = field(repr=False)
+    future: asyncio.Future[Outcome] = field(repr=False)
 
 
 class FutureTable:
@@ -48,7 +48,7 @@ class FutureTable:
         self._max_results = max_results
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-tinker-train")
 
-    def _new(self, kind: str) -> tuple[str, "asyncio.Future[Outcome]"]:
+    def _new(self, kind: str) -> tuple[str, asyncio.Future[Outcome]]:
         request_id = f"{kind}-{next(self._ids)}"
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._entries[request_id] = _Entry(kind, future)

@@ -72,7 +72,11 @@ class SessionRecorder:
             "model": model,
             "messages": [{"role": "user", "content": tokenizer.decode(list(prompt))}],
             "n": len(sequences),
-            **{key: params[key] for key in ("max_tokens", "temperature", "top_p", "seed") if params.get(key) is not None},
+            **{
+                key: params[key]
+                for key in ("max_tokens", "temperature", "top_p", "seed")
+                if params.get(key) is not None
+            },
         }
         choices: List[Dict[str, Any]] = []
         for index, sequence in enumerate(sequences):

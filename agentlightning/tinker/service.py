@@ -116,7 +116,9 @@ class TinkerService:
 
     def source_of(self, base_model: str) -> str:
         if base_model not in self.config.models:
-            raise TinkerUserError(f"base_model {base_model!r} is not served here; choose one of {sorted(self.config.models)}")
+            raise TinkerUserError(
+                f"base_model {base_model!r} is not served here; choose one of {sorted(self.config.models)}"
+            )
         return self.config.models[base_model]
 
     def base(self, base_model: str) -> Tuple[Any, Any]:

@@ -56,7 +56,9 @@ def _tensor(message: Any, name: str) -> np.ndarray:
     dtypes = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
     dtype = dtypes.get(message.dtype)
     if dtype is None:
-        raise TinkerUserError(f"loss_fn_inputs[{name!r}] has an unsupported dtype ({message.dtype}); send float32 or int64")
+        raise TinkerUserError(
+            f"loss_fn_inputs[{name!r}] has an unsupported dtype ({message.dtype}); send float32 or int64"
+        )
     if message.HasField("sparse_csr"):
         raise TinkerUserError(f"loss_fn_inputs[{name!r}] is sparse; this server takes dense tensors only")
     array = np.frombuffer(message.dense, dtype=dtype)

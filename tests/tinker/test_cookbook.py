@@ -64,7 +64,9 @@ def test_chat_sl_recipe_loss_falls(offline: TinkerServer, tiny_model_path: str, 
     assert kinds == {"weights", "sampler_weights"}
 
 
-def test_math_rl_arithmetic_recipe_records_reward_trend(offline: TinkerServer, tiny_model_path: str, tmp_path: Path) -> None:
+def test_math_rl_arithmetic_recipe_records_reward_trend(
+    offline: TinkerServer, tiny_model_path: str, tmp_path: Path
+) -> None:
     from tinker_cookbook.recipes.math_rl import train
 
     argv = [

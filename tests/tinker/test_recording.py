@@ -18,7 +18,9 @@ from .conftest import API_KEY
 
 
 @pytest.fixture
-def recorded(tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TinkerServer, str]]:
+def recorded(
+    tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[TinkerServer, str]]:
     database = str(tmp_path / "store.sqlite")
     config = TinkerConfig(
         models={tiny_model_path: tiny_model_path}, checkpoint_dir=str(tmp_path / "ck"), api_keys=(API_KEY,)
