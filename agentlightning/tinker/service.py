@@ -252,7 +252,8 @@ class TinkerService:
                 record.weights_version = self.samplers.publish(
                     run.run_id, record.path, weights, record.fingerprint, lambda: (model, tokenizer, run.run_id)
                 )
-            self.checkpoints.setdefault(run.run_id, []).append(record)
+            records = self.checkpoints.setdefault(run.run_id, [])
+            records[:] = [r for r in records if r.path != record.path] + [record]  # a saved-again name is replaced
             if for_sampler and body.get("path") is None:
                 sampling_id = self._new_sampling_session(record.path, base_model, owner)
                 return Outcome(json={"type": "save_weights_for_sampler", "sampling_session_id": sampling_id})

@@ -21,6 +21,8 @@ import chz  # noqa: E402
 
 from agentlightning.tinker import TinkerServer  # noqa: E402
 
+pytestmark = [pytest.mark.train, pytest.mark.slow]
+
 
 @pytest.fixture
 def offline(tinker_env: TinkerServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[TinkerServer]:
