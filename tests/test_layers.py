@@ -19,7 +19,7 @@ under `TYPE_CHECKING`), and so does `importlib.import_module("...")` with a lite
   `agentlightning.compat`). The core imports none of them: only the importers listed beside each may, and
   a fresh interpreter that imports the core loads none.
 - `agentlightning/types/` imports only the standard library, pydantic and OpenTelemetry.
-- `agentlightning/adapter/` uses only the data layers (types, semconv, utils).
+- `agentlightning/adapter/` uses only the data layers (types, semconv, attributes).
 
 `ALLOWED_LAZY_EXTERNAL` lists the one third-party import in `types/`: jinja2 (a core dependency), imported
 inside `PromptTemplate.format` only when a jinja template is rendered. Moving it out would need a renderer
@@ -44,7 +44,7 @@ THIRD_PARTY_FOR_TYPES = {"pydantic", "pydantic_core", "opentelemetry", "typing_e
 # Lowest first. A unit is `agentlightning.<unit>` (a subpackage or a top-level module).
 LAYERS: list[tuple[str, ...]] = [
     ("types", "semconv", "env_var", "logging", "config", "_process_entry"),
-    ("utils", "tracking"),
+    ("utils", "tracking", "formats", "attributes"),
     ("adapter",),
     ("store",),
     ("store_http",),
@@ -81,6 +81,9 @@ LEGACY_MODULES: dict[str, set[str]] = {
     "agentlightning.store.server": set(),
     "agentlightning.store.client_server": set(),
     "agentlightning.store.collection_based": set(),
+    # v0.3's documented `agentlightning.utils.*` paths of modules that moved to the room of their subject
+    "agentlightning.utils.otel": set(),
+    "agentlightning.utils.metrics": set(),
 }
 
 # Circles inside one package that are tolerated: the modules of each and where the circle closes. None today;
@@ -90,7 +93,12 @@ ALLOWED_PACKAGE_CIRCLES: dict[frozenset[str], str] = {}
 # Modules of agentlightning each of these packages may import (a prefix matches its submodules).
 ALLOWED_INTERNAL = {
     "types": ("agentlightning.types",),
-    "adapter": ("agentlightning.adapter", "agentlightning.types", "agentlightning.semconv", "agentlightning.utils"),
+    "adapter": (
+        "agentlightning.adapter",
+        "agentlightning.types",
+        "agentlightning.semconv",
+        "agentlightning.attributes",
+    ),
 }
 ALLOWED_LAZY_EXTERNAL = {("types/resources.py", "jinja2")}
 

@@ -1,6 +1,6 @@
 """v0.3's per-node readers of a `TraceTree` (agent name, reward payload, image URLs, span -> triplet, JSON).
 
-Thin functions over the adapter's own readers (`llm_call`, `extraction`, `utils.rewards`), so
+Thin functions over the adapter's own readers (`llm_call`, `extraction`, `attributes.rewards`), so
 `TraceTree`'s v0.3 methods and the adapters read spans the same way.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Protocol
 
+from agentlightning.attributes.rewards import get_reward_value
 from agentlightning.semconv import AGL_OPERATION, AGL_REWARD, LightningSpanAttributes
 from agentlightning.types import Span, Triplet
-from agentlightning.utils.rewards import get_reward_value
 
 from .extraction import build_triplet_fields, image_urls_of
 from .llm_call import agent_name_of, response_id_of

@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_tracker(names: Sequence[str]) -> Any:
     """The metrics backend for `--tracker` values (None when none was asked for)."""
-    from agentlightning.utils.metrics import (
+    from agentlightning.tracking.metrics import (
         ConsoleMetricsBackend,
         MetricsBackend,
         MultiMetricsBackend,

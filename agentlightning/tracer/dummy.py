@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Optional
 
+from agentlightning.attributes.otel import sanitize_attributes
 from agentlightning.types import Attributes, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
-from agentlightning.utils.otel import sanitize_attributes
 
 from ._delivery import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
 from ._recording import CoreFieldsRecordingContext

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
+from agentlightning.attributes.otel import sanitize_attributes
 from agentlightning.semconv import LightningResourceAttributes
 from agentlightning.types import (
     AttemptStatus,
@@ -29,7 +30,6 @@ from agentlightning.types import (
     SpanRecordingContext,
     TraceStatus,
 )
-from agentlightning.utils.otel import sanitize_attributes
 
 from ._delivery import (
     DUMMY_ATTEMPT_ID,

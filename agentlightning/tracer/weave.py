@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
+from agentlightning.attributes.otel import flatten_attributes, sanitize_attributes
 from agentlightning.semconv import (
     PROMPT_TOKEN_IDS,
     RESPONSE_TOKEN_IDS,
@@ -39,7 +40,6 @@ from agentlightning.semconv import (
     LightningSpanAttributes,
 )
 from agentlightning.types import Attributes, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
-from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
 
 from ._delivery import TraceSession
 from ._recording import CoreFieldsRecordingContext

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from agentlightning.store.base import LightningStore
+from agentlightning.store_http.otlp_logs import export_logs_response, otlp_log_events, parse_export_logs_request
 from agentlightning.types import Span
 from agentlightning.utils.otlp import (
     OtlpSpan,
@@ -20,7 +21,6 @@ from agentlightning.utils.otlp import (
     otlp_spans,
     parse_export_trace_request,
 )
-from agentlightning.utils.otlp_logs import export_logs_response, otlp_log_events, parse_export_logs_request
 
 from ..bodies import StoreRoute, attempts_exist, missing_or
 from ..context import store_of
