@@ -7,7 +7,6 @@ import contextvars
 import logging
 import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
@@ -40,7 +39,7 @@ from ._delivery import (
 )
 from ._delivery import _current_session as _session_var
 from ._recording import OtelSpanRecordingContext, seconds_to_ns
-from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
+from .base import Tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -393,20 +392,7 @@ class OtelTracer(Tracer):
         remote store instead of two), or `flush_last_trace()`, which sends them alone. One of the two must
         follow, or those spans never reach the store.
         """
-        if store is not None:
-            warnings.warn(
-                "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-        if (rollout_id is None) != (attempt_id is None):
-            raise ValueError(
-                f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
-                f"attempt_id={attempt_id!r}); pass both to record into the store, or neither to trace locally"
-            )
-        store = store or self._store
-        if rollout_id is not None and store is None:
-            raise ValueError(f"tracing rollout {rollout_id!r} needs a store; call init_worker(worker_id, store) first")
+        store = self._trace_store(store, rollout_id, attempt_id)
         otel_tracer = self._ensure_setup()
         if self.instrument_openai:
             # Cheap, and keeps our wrapper outermost if another library wrapped the client since setup.
@@ -435,10 +421,7 @@ class OtelTracer(Tracer):
             try:
                 await session.close(keep_pending=defer_last_batch and rollout_id is not None)
             finally:
-                if previous_active is not None and previous_active is not self:
-                    replace_active_tracer(previous_active)
-                elif not processor.open_sessions:
-                    clear_active_tracer()
+                self._restore_active(previous_active, still_open=bool(processor.open_sessions))
 
     async def flush_last_trace(self) -> None:
         """Write the spans a `trace_context(defer_last_batch=True)` left unwritten (no-op when none are left)."""
