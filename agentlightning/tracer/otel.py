@@ -62,7 +62,8 @@ class LightningSpanProcessor(SpanProcessor):
     A span belongs to the session current in the context that started it (trace contexts set it in a
     context variable, so concurrent rollouts in different tasks stay apart). Spans started where no
     session is current, e.g. in a thread the agent spawned, fall back to the most recently opened
-    session of this processor. Spans started outside every session are ignored.
+    session of this processor. A span it did not see start (started before any session opened, or given
+    to `on_end` directly) belongs to the session current where it ends; outside every session it is ignored.
     """
 
     def __init__(self, disable_store_submission: bool = False) -> None:
@@ -176,14 +177,19 @@ class LightningSpanProcessor(SpanProcessor):
         self._span_sessions[ctx.span_id] = session
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not self._span_sessions:
-            return
         ctx = span.context
-        if ctx is None:
+        if ctx is None or not ctx.trace_flags.sampled:
             return
-        session = self._span_sessions.pop(ctx.span_id, None)
+        session = self._span_sessions.pop(ctx.span_id, None) if self._span_sessions else None
         if session is None:
-            return
+            # Not seen starting (started before the trace opened, or handed to `on_end` directly as v0.3
+            # allowed): it belongs to the trace current where it ends, unless that is another tracer's.
+            current = _session_var.get()
+            if not self._open or is_suppressed() or (current is not None and current.owner is not self):
+                return
+            session = self._current()
+            if session is None:
+                return
         if self._disable_store_submission:
             session.keep_locally(span)
         else:
