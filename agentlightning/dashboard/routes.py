@@ -88,12 +88,14 @@ def _version() -> str:
 # The dashboard's REST routes, built once: each app carries its store and caches in `app.state`.
 _api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute)
 
+
 @_api.get("/dashboard/info")
 async def info(request: Request) -> Response:
     store = _store(request)
     return json_response(
         {"status": "ok", "server_time": time.time(), "version": _version(), "store": type(store).__name__}
     )
+
 
 @_api.get("/dashboard/overview")
 async def overview(request: Request) -> Response:
@@ -116,6 +118,7 @@ async def overview(request: Request) -> Response:
             "statistics": statistics,
         }
     )
+
 
 @_api.get("/dashboard/rollouts")
 async def rollouts(
@@ -141,7 +144,9 @@ async def rollouts(
     )
     return json_response(page)
 
+
 document_parameter(API_PREFIX + "/dashboard/workers", "status_in", items={"enum": list(SHOWN_WORKER_STATUSES)})
+
 
 @_api.get("/dashboard/workers")
 async def workers(
@@ -163,6 +168,7 @@ async def workers(
     )
     return json_response(page)
 
+
 @_api.get("/rollouts/{rollout_id}/triplets")
 async def triplets(request: Request, rollout_id: str, attempt_id: Optional[str] = None) -> Response:
     try:
@@ -171,6 +177,7 @@ async def triplets(request: Request, rollout_id: str, attempt_id: Optional[str] 
         raise HTTPError(404, str(exc)) from None
     return json_response(result)
 
+
 @_api.get("/analytics/rewards")
 async def rewards(
     request: Request,
@@ -178,10 +185,9 @@ async def rewards(
     limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
 ) -> Response:
     caches = _caches(request)
-    series = await reward_series(
-        _store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished
-    )
+    series = await reward_series(_store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished)
     return json_response(series)
+
 
 @_api.get("/analytics/throughput")
 async def finishing_throughput(
@@ -198,7 +204,6 @@ async def finishing_throughput(
         cache=_caches(request).finished,
     )
     return json_response(result)
-
 
 
 def build_dashboard_router() -> APIRouter:

@@ -142,10 +142,14 @@ def test_find_llm_calls_in_v03_form_skips_repeated_response_ids_and_calls_under_
     reward = f.reward(1.0, parent=agent, start=6, end=9)
     judged = f.openai_call([USER], response_id="r9", prompt_ids=[5], response_ids=[6], parent=reward, start=7, end=8)
     tree = TraceTree.from_spans([root, agent, first, again, reward, judged])
-    calls = tree.find_llm_calls(llm_call_match=r"openai\.chat", agent_match="planner", within_reward=False)
+    seen: set[str] = set()  # as in v0.3, repeats are recognised across siblings through the caller's set
+    calls = tree.find_llm_calls(
+        llm_call_match=r"openai\.chat", agent_match="planner", within_reward=False, existing_llm_call_response_ids=seen
+    )
     assert [node.span.span_id for node, _ in calls] == [first.span_id]
+    assert seen == {"r1"}
     every = tree.find_llm_calls(llm_call_match=r"openai\.chat", agent_match="planner")
-    assert [node.span.span_id for node, _ in every] == [first.span_id, judged.span_id]
+    assert [node.span.span_id for node, _ in every] == [first.span_id, again.span_id, judged.span_id]
 
 
 def test_find_llm_calls_needs_a_matcher_or_the_v03_form() -> None:
