@@ -119,41 +119,41 @@ def test_reference_paths_resolve_to_our_classes() -> None:
     assert collection_based.CollectionBasedLightningStore is CollectionBasedLightningStore
 
 
-# Each old path (v0.1/v0.3) and the `agentlightning.compat` module that now holds what it names.
-OLD_PATHS_IN_COMPAT: list[tuple[str, str, tuple[str, ...]]] = [
-    ("agentlightning.store.client", "store_client", ("LightningStoreClient",)),
-    ("agentlightning.store.server", "store_server", ("LightningStoreServer",)),
-    ("agentlightning.store.client_server", "store_client_server", ("LightningStoreClient", "LightningStoreServer")),
-    ("agentlightning.store.collection_based", "store_collection_based", ("CollectionBasedLightningStore",)),
-    ("agentlightning.store", "store_client", ("LightningStoreClient",)),
-    ("agentlightning.store", "store_server", ("LightningStoreServer",)),
-    ("agentlightning.client", "client", ("AgentLightningClient", "DevTaskLoader")),
-    ("agentlightning.server", "server", ("AgentLightningServer",)),
-    ("agentlightning.runner.legacy", "runner_legacy", ("LegacyAgentRunner",)),
-    ("agentlightning.runner", "runner_legacy", ("LegacyAgentRunner",)),
-    ("agentlightning.trainer.legacy", "trainer_legacy", ("TrainerLegacy",)),
-    ("agentlightning.types", "types_core", ("Hook",)),
-    ("agentlightning.types.core", "types_core", ("Hook",)),
-    ("agentlightning", "client", ("AgentLightningClient", "DevTaskLoader")),
-    ("agentlightning", "server", ("AgentLightningServer",)),
+# Each old path (v0.1/v0.3) and the module that holds what it names: the old path is the same object.
+OLD_PATHS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("agentlightning.store.client", "agentlightning.store_http.client", ("LightningStoreClient", "AUTH_TOKEN_ENV")),
+    ("agentlightning.store.server", "agentlightning.store_http.server", ("LightningStoreServer", "DEFAULT_STORE_PORT")),
+    ("agentlightning.store.client_server", "agentlightning.store_http.client", ("LightningStoreClient",)),
+    ("agentlightning.store.client_server", "agentlightning.store_http.server", ("LightningStoreServer",)),
+    ("agentlightning.store.collection_based", "agentlightning.store.collection", ("CollectionBasedLightningStore",)),
+    ("agentlightning.store", "agentlightning.store_http.client", ("LightningStoreClient",)),
+    ("agentlightning.store", "agentlightning.store_http.server", ("LightningStoreServer",)),
+    ("agentlightning.client", "agentlightning.compat.client", ("AgentLightningClient", "DevTaskLoader")),
+    ("agentlightning.server", "agentlightning.compat.server", ("AgentLightningServer",)),
+    ("agentlightning.runner", "agentlightning.runner.legacy", ("LegacyAgentRunner",)),
+    ("agentlightning.runner", "agentlightning.types.hooks", ("Hook",)),
+    ("agentlightning.runner.hook", "agentlightning.types.hooks", ("Hook",)),
+    ("agentlightning.types", "agentlightning.types.hooks", ("Hook",)),
+    ("agentlightning.types.core", "agentlightning.types.hooks", ("Hook",)),
+    ("agentlightning", "agentlightning.types.hooks", ("Hook",)),
+    ("agentlightning", "agentlightning.compat.client", ("AgentLightningClient", "DevTaskLoader")),
+    ("agentlightning", "agentlightning.compat.server", ("AgentLightningServer",)),
 ]
 
 
-@pytest.mark.parametrize(
-    ("old", "compat", "names"), OLD_PATHS_IN_COMPAT, ids=[f"{o}->{c}" for o, c, _ in OLD_PATHS_IN_COMPAT]
-)
-def test_old_paths_re_export_the_compat_objects(old: str, compat: str, names: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("old", "home", "names"), OLD_PATHS, ids=[f"{o}->{h}" for o, h, _ in OLD_PATHS])
+def test_old_paths_name_the_objects_of_their_home(old: str, home: str, names: tuple[str, ...]) -> None:
     import importlib
 
     old_module = importlib.import_module(old)
-    compat_module = importlib.import_module(f"agentlightning.compat.{compat}")
+    home_module = importlib.import_module(home)
     for name in names:
-        assert getattr(old_module, name) is getattr(compat_module, name), f"{old}.{name}"
+        assert getattr(old_module, name) is getattr(home_module, name), f"{old}.{name}"
 
 
 def test_v03_trainer_keeps_its_v01_entry_points_without_inheriting_them() -> None:
     from agentlightning import Trainer
-    from agentlightning.compat.trainer_legacy import TrainerLegacy
+    from agentlightning.trainer.legacy import TrainerLegacy
 
     assert not issubclass(Trainer, TrainerLegacy)
     assert callable(Trainer.fit_v0)

@@ -8,8 +8,8 @@ from typing import Generic, TypeVar, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.attributes.genai import AGL_LOG_EVENT
 from agentlightning.types import Event, Span
-from agentlightning.utils.genai import AGL_LOG_EVENT
 
 __all__ = ["Adapter", "TraceAdapter", "OtelTraceAdapter", "normalize_spans", "fold_log_events"]
 

@@ -13,9 +13,9 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, Optional, Protocol
 
+from agentlightning.attributes.rewards import get_reward_value, get_rewards_from_span, is_reward_span
 from agentlightning.semconv import AGL_REWARD, RAW_GEN_AI_REQUEST
 from agentlightning.types import Span, Triplet
-from agentlightning.utils.rewards import get_reward_value, get_rewards_from_span, is_reward_span
 
 from .extraction import build_triplet_fields, prompt_token_ids_of, response_token_ids_of
 from .llm_call import DEFAULT_LLM_CALL_MATCH, agent_name_of, looks_like_llm_call, response_id_of

@@ -13,15 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from agentlightning.semconv import (
-    LOGPROBS_CONTENT,
-    LOGPROBS_REFUSAL,
-    PROMPT_TOKEN_IDS,
-    RESPONSE_TOKEN_IDS,
-    LightningSpanAttributes,
-)
-from agentlightning.types import Span
-from agentlightning.utils.genai import (
+from agentlightning.attributes.genai import (
     AGL_LOGPROBS,
     AGL_LOSS_MASK,
     AGL_PROMPT_TOKEN_IDS,
@@ -30,7 +22,15 @@ from agentlightning.utils.genai import (
     system_instructions_message,
     to_openai_messages,
 )
-from agentlightning.utils.otel import filter_and_unflatten_attributes
+from agentlightning.attributes.otel import filter_and_unflatten_attributes
+from agentlightning.semconv import (
+    LOGPROBS_CONTENT,
+    LOGPROBS_REFUSAL,
+    PROMPT_TOKEN_IDS,
+    RESPONSE_TOKEN_IDS,
+    LightningSpanAttributes,
+)
+from agentlightning.types import Span
 
 __all__ = [
     "parse_literal",

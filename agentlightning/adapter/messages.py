@@ -9,8 +9,8 @@ from typing import Any, Optional, TypedDict, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from agentlightning.attributes.otel import filter_and_unflatten_attributes
 from agentlightning.types import Span
-from agentlightning.utils.otel import filter_and_unflatten_attributes
 
 from .base import TraceAdapter, normalize_spans
 from .llm_call import response_id_of

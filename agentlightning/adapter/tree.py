@@ -30,6 +30,7 @@ from .tree_readers import (
     span_reward_dict,
     span_to_triplet,
     tree_to_json,
+    v03_llm_calls,
 )
 
 __all__ = ["TraceTree", "VIRTUAL_ROOT_ID"]
@@ -247,8 +248,26 @@ class TraceTree:
 
     # ---- triplets ----
 
-    def find_llm_calls(self, matcher: LlmCallMatcher, report: Optional[AdaptationReport] = None) -> list[LlmCall]:
-        """The LLM calls in this tree (see `calls.find_llm_calls`), in start-time order."""
+    def find_llm_calls(
+        self,
+        matcher: Optional[LlmCallMatcher] = None,
+        report: Optional[AdaptationReport] = None,
+        *,
+        llm_call_match: Optional[str] = None,
+        **v03_filters: Any,
+    ) -> Any:
+        """The LLM calls in this tree (see `calls.find_llm_calls`), in start-time order.
+
+        v0.3's keyword form (`llm_call_match=..., agent_match=..., within_reward=...`) returns v0.3's
+        `(node, agent name)` pairs instead (`tree_readers.v03_llm_calls`).
+        """
+        if llm_call_match is not None:
+            if matcher is not None:
+                raise TypeError("find_llm_calls takes a matcher or v0.3's llm_call_match=..., not both")
+            v03_filters.setdefault("agent_match", None)
+            return v03_llm_calls(self, llm_call_match, **v03_filters)
+        if matcher is None:
+            raise TypeError("find_llm_calls needs a matcher (an LlmCallMatcher), or v0.3's llm_call_match=...")
         return find_llm_calls(self, matcher, report if report is not None else AdaptationReport(adapter="TraceTree"))
 
     def to_trajectory(

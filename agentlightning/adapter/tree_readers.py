@@ -1,17 +1,18 @@
 """v0.3's per-node readers of a `TraceTree` (agent name, reward payload, image URLs, span -> triplet, JSON).
 
-Thin functions over the adapter's own readers (`llm_call`, `extraction`, `utils.rewards`), so
+Thin functions over the adapter's own readers (`llm_call`, `extraction`, `attributes.rewards`), so
 `TraceTree`'s v0.3 methods and the adapters read spans the same way.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Optional, Protocol
 
+from agentlightning.attributes.rewards import get_reward_value
 from agentlightning.semconv import AGL_OPERATION, AGL_REWARD, LightningSpanAttributes
 from agentlightning.types import Span, Triplet
-from agentlightning.utils.rewards import get_reward_value
 
 from .extraction import build_triplet_fields, image_urls_of
 from .llm_call import agent_name_of, response_id_of
@@ -23,6 +24,7 @@ __all__ = [
     "prompt_image_urls",
     "span_to_triplet",
     "tree_to_json",
+    "v03_llm_calls",
 ]
 
 
@@ -32,6 +34,60 @@ class _Node(Protocol):
 
     @property
     def children(self) -> Sequence[_Node]: ...
+
+
+class _TreeNode(_Node, Protocol):
+    def agent_name(self) -> Optional[str]: ...
+
+    def is_reward_span(self) -> bool: ...
+
+
+def v03_llm_calls(
+    node: _TreeNode,
+    llm_call_match: str,
+    agent_match: Optional[str],
+    within_matching_subtree: Optional[str] = None,
+    within_reward: Optional[bool] = None,
+    within_llm_call: Optional[bool] = None,
+    existing_llm_call_response_ids: Optional[set[str]] = None,
+) -> list[tuple[Any, str]]:
+    """v0.3's `TraceTree.find_llm_calls(llm_call_match=..., ...)`: the `(node, agent name)` pairs.
+
+    A span is an LLM call when its name matches `llm_call_match`, it lies under an agent span whose name
+    matches `agent_match` (any agent when None) and, with `within_reward` given, not under a reward span.
+    With `within_llm_call` given, spans under a call count only with a response id; a response id seen
+    before (`existing_llm_call_response_ids`, filled as calls are found) is the same call again.
+    """
+    calls: list[tuple[Any, str]] = []
+    seen = existing_llm_call_response_ids
+    if within_matching_subtree is not None and within_reward is not True and re.search(llm_call_match, node.span.name):
+        response_id = response_id_of(node.span)
+        repeated = response_id is not None and seen is not None and response_id in seen
+        if not repeated and (response_id is not None or within_llm_call is not True):
+            calls.append((node, within_matching_subtree))
+            seen = set() if seen is None else seen
+            if response_id is not None:
+                seen.add(response_id)
+            if within_llm_call is not None:
+                within_llm_call = True
+    agent = node.agent_name()
+    if agent is not None:
+        within_matching_subtree = agent if agent_match is None or re.search(agent_match, agent) else None
+    if within_reward is not None and node.is_reward_span():
+        within_reward = True
+    for child in node.children:
+        calls.extend(
+            v03_llm_calls(
+                child,  # pyright: ignore[reportArgumentType]
+                llm_call_match,
+                agent_match,
+                within_matching_subtree,
+                within_reward,
+                within_llm_call,
+                seen,
+            )
+        )
+    return calls
 
 
 def span_agent_name(span: Span) -> Optional[str]:

@@ -139,7 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--auth-token",
-        default=None,
         help="require 'Authorization: Bearer TOKEN' on every request but the health check "
         "(default: $AGL_STORE_TOKEN; none = open)",
     )
@@ -178,15 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="largest request body accepted, e.g. 16MB or 1048576 (default 16MB); larger ones get HTTP 413",
     )
-    parser.add_argument(
-        "--public-docs",
-        action="store_true",
-        help="serve /openapi.json, /docs and /redoc without the auth token (they need it by default)",
-    )
+    docs_help = "serve /openapi.json, /docs and /redoc without the auth token (they need it by default)"
+    parser.add_argument("--public-docs", action="store_true", help=docs_help)
     parser.add_argument(
         "--memory-budget",
         type=parse_memory_budget,
-        default=None,
         metavar="SIZE",
         help="memory backend: bytes of spans, rollouts and attempts to keep; beyond it the oldest finished "
         "rollouts lose their spans, then are dropped (e.g. 512M, 2GB, or 0.5 of the memory available: the "
@@ -198,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_tracker(names: Sequence[str]) -> Any:
     """The metrics backend for `--tracker` values (None when none was asked for)."""
-    from agentlightning.utils.metrics import (
+    from agentlightning.tracking.metrics import (
         ConsoleMetricsBackend,
         MetricsBackend,
         MultiMetricsBackend,

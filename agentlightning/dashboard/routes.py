@@ -85,122 +85,130 @@ def _version() -> str:
     return agentlightning.__version__
 
 
+# The dashboard's REST routes, built once: each app carries its store and caches in `app.state`.
+_api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute)
+
+
+@_api.get("/dashboard/info")
+async def info(request: Request) -> Response:
+    store = _store(request)
+    return json_response(
+        {"status": "ok", "server_time": time.time(), "version": _version(), "store": type(store).__name__}
+    )
+
+
+@_api.get("/dashboard/overview")
+async def overview(request: Request) -> Response:
+    store = _store(request)
+    workers: dict[str, int] = {}
+    for status in WORKER_STATUSES:
+        workers[status] = (await store.query_workers(status_in=[status], limit=1)).total  # type: ignore[list-item]
+    live, offline = split_offline(await store.query_workers(status_in=["busy", "idle"]), time.time())
+    try:
+        statistics: Optional[dict[str, Any]] = dict(await store.statistics())
+    except NotImplementedError:
+        statistics = None
+    return json_response(
+        {
+            "server_time": time.time(),
+            "rollouts_by_status": await status_counts(store),
+            "workers_by_status": workers,
+            "live_workers_by_status": live,
+            "workers_offline": offline,
+            "statistics": statistics,
+        }
+    )
+
+
+@_api.get("/dashboard/rollouts")
+async def rollouts(
+    request: Request,
+    status_in: Optional[list[str]] = Query(None),
+    mode_in: Optional[list[str]] = Query(None),
+    rollout_id_contains: Optional[str] = None,
+    sort_by: Optional[str] = "start_time",
+    sort_order: str = "desc",
+    limit: int = int64_query(20),
+    offset: int = int64_query(0),
+) -> Response:
+    page = await summarize_rollouts(
+        _store(request),
+        _caches(request).rewards,
+        status_in=status_in,
+        mode_in=mode_in,
+        rollout_id_contains=rollout_id_contains or None,
+        sort_by=sort_by,
+        sort_order=sort_order,  # type: ignore[arg-type]
+        limit=limit,
+        offset=offset,
+    )
+    return json_response(page)
+
+
+document_parameter(API_PREFIX + "/dashboard/workers", "status_in", items={"enum": list(SHOWN_WORKER_STATUSES)})
+
+
+@_api.get("/dashboard/workers")
+async def workers(
+    request: Request,
+    status_in: Optional[list[str]] = Query(None),
+    sort_by: Optional[str] = "worker_id",
+    sort_order: str = "asc",
+    limit: int = int64_query(20),
+    offset: int = int64_query(0),
+) -> Response:
+    page = await worker_page(
+        _store(request),
+        time.time(),
+        status_in=status_in,
+        sort_by=sort_by,
+        sort_order=sort_order,  # type: ignore[arg-type]
+        limit=limit,
+        offset=offset,
+    )
+    return json_response(page)
+
+
+@_api.get("/rollouts/{rollout_id}/triplets")
+async def triplets(request: Request, rollout_id: str, attempt_id: Optional[str] = None) -> Response:
+    try:
+        result = await attempt_triplets(_store(request), rollout_id, attempt_id)
+    except NoSuchAttempt as exc:
+        raise HTTPError(404, str(exc)) from None
+    return json_response(result)
+
+
+@_api.get("/analytics/rewards")
+async def rewards(
+    request: Request,
+    mode_in: Optional[list[str]] = Query(None),
+    limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
+) -> Response:
+    caches = _caches(request)
+    series = await reward_series(_store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished)
+    return json_response(series)
+
+
+@_api.get("/analytics/throughput")
+async def finishing_throughput(
+    request: Request,
+    mode_in: Optional[list[str]] = Query(None),
+    bucket_seconds: Optional[float] = Query(None, gt=0, allow_inf_nan=False),
+    limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
+) -> Response:
+    result = await throughput(
+        _store(request),
+        mode_in=mode_in,
+        bucket_seconds=bucket_seconds,
+        limit=limit,
+        cache=_caches(request).finished,
+    )
+    return json_response(result)
+
+
 def build_dashboard_router() -> APIRouter:
     """The dashboard's REST routes (stateless: each app carries its store and reward cache)."""
-    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute)
-
-    @api.get("/dashboard/info")
-    async def info(request: Request) -> Response:
-        store = _store(request)
-        return json_response(
-            {"status": "ok", "server_time": time.time(), "version": _version(), "store": type(store).__name__}
-        )
-
-    @api.get("/dashboard/overview")
-    async def overview(request: Request) -> Response:
-        store = _store(request)
-        workers: dict[str, int] = {}
-        for status in WORKER_STATUSES:
-            workers[status] = (await store.query_workers(status_in=[status], limit=1)).total  # type: ignore[list-item]
-        live, offline = split_offline(await store.query_workers(status_in=["busy", "idle"]), time.time())
-        try:
-            statistics: Optional[dict[str, Any]] = dict(await store.statistics())
-        except NotImplementedError:
-            statistics = None
-        return json_response(
-            {
-                "server_time": time.time(),
-                "rollouts_by_status": await status_counts(store),
-                "workers_by_status": workers,
-                "live_workers_by_status": live,
-                "workers_offline": offline,
-                "statistics": statistics,
-            }
-        )
-
-    @api.get("/dashboard/rollouts")
-    async def rollouts(
-        request: Request,
-        status_in: Optional[list[str]] = Query(None),
-        mode_in: Optional[list[str]] = Query(None),
-        rollout_id_contains: Optional[str] = None,
-        sort_by: Optional[str] = "start_time",
-        sort_order: str = "desc",
-        limit: int = int64_query(20),
-        offset: int = int64_query(0),
-    ) -> Response:
-        page = await summarize_rollouts(
-            _store(request),
-            _caches(request).rewards,
-            status_in=status_in,
-            mode_in=mode_in,
-            rollout_id_contains=rollout_id_contains or None,
-            sort_by=sort_by,
-            sort_order=sort_order,  # type: ignore[arg-type]
-            limit=limit,
-            offset=offset,
-        )
-        return json_response(page)
-
-    document_parameter(API_PREFIX + "/dashboard/workers", "status_in", items={"enum": list(SHOWN_WORKER_STATUSES)})
-
-    @api.get("/dashboard/workers")
-    async def workers(
-        request: Request,
-        status_in: Optional[list[str]] = Query(None),
-        sort_by: Optional[str] = "worker_id",
-        sort_order: str = "asc",
-        limit: int = int64_query(20),
-        offset: int = int64_query(0),
-    ) -> Response:
-        page = await worker_page(
-            _store(request),
-            time.time(),
-            status_in=status_in,
-            sort_by=sort_by,
-            sort_order=sort_order,  # type: ignore[arg-type]
-            limit=limit,
-            offset=offset,
-        )
-        return json_response(page)
-
-    @api.get("/rollouts/{rollout_id}/triplets")
-    async def triplets(request: Request, rollout_id: str, attempt_id: Optional[str] = None) -> Response:
-        try:
-            result = await attempt_triplets(_store(request), rollout_id, attempt_id)
-        except NoSuchAttempt as exc:
-            raise HTTPError(404, str(exc)) from None
-        return json_response(result)
-
-    @api.get("/analytics/rewards")
-    async def rewards(
-        request: Request,
-        mode_in: Optional[list[str]] = Query(None),
-        limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
-    ) -> Response:
-        caches = _caches(request)
-        series = await reward_series(
-            _store(request), caches.rewards, mode_in=mode_in, limit=limit, cache=caches.finished
-        )
-        return json_response(series)
-
-    @api.get("/analytics/throughput")
-    async def finishing_throughput(
-        request: Request,
-        mode_in: Optional[list[str]] = Query(None),
-        bucket_seconds: Optional[float] = Query(None, gt=0, allow_inf_nan=False),
-        limit: int = Query(2000, ge=1, le=MAX_SERIES_POINTS),
-    ) -> Response:
-        result = await throughput(
-            _store(request),
-            mode_in=mode_in,
-            bucket_seconds=bucket_seconds,
-            limit=limit,
-            cache=_caches(request).finished,
-        )
-        return json_response(result)
-
-    return api
+    return _api
 
 
 class _DashboardFiles(StaticFiles):

@@ -6,11 +6,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from agentlightning.attributes.otel import flatten_attributes, sanitize_attributes
 from agentlightning.env_var import LightningEnvVar, resolve_bool_env_var
 from agentlightning.tracer.base import Tracer, get_active_tracer
 from agentlightning.tracer.dummy import DummyTracer
 from agentlightning.types import Attributes, SpanCoreFields
-from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
 
 __all__ = ["resolve_tracer", "log_emitted", "extra_attributes"]
 

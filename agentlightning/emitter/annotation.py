@@ -9,10 +9,10 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, Union, cast, overload
 
+from agentlightning.attributes.otel import check_attributes_sanity, flatten_attributes, sanitize_attributes
 from agentlightning.semconv import AGL_ANNOTATION, AGL_OPERATION, LightningSpanAttributes
 from agentlightning.tracer.base import Tracer
 from agentlightning.types import Attributes, SpanCoreFields, SpanRecordingContext, TraceStatus
-from agentlightning.utils.otel import check_attributes_sanity, flatten_attributes, sanitize_attributes
 
 from ._tracer import log_emitted, resolve_tracer
 

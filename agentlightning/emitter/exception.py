@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
+from agentlightning.attributes.otel import format_exception_attributes
 from agentlightning.semconv import AGL_EXCEPTION, AGL_EXCEPTION_SUMMARY
 from agentlightning.types import Attributes, Span, SpanCoreFields, TraceStatus
-from agentlightning.utils.otel import format_exception_attributes
 
 from ._tracer import extra_attributes, log_emitted, resolve_tracer
 

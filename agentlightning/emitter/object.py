@@ -7,9 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from agentlightning.attributes.otel import full_qualified_name
 from agentlightning.semconv import AGL_OBJECT, LightningSpanAttributes
 from agentlightning.types import Attributes, SpanCoreFields, SpanLike, TraceStatus
-from agentlightning.utils.otel import full_qualified_name
 
 from ._tracer import extra_attributes, log_emitted, resolve_tracer
 

@@ -1,4 +1,4 @@
-"""Rewards as spans: emit them; the readers (legacy formats included) live in `agentlightning.utils.rewards`."""
+"""Rewards as spans: emit them; the readers (legacy formats included) live in `agentlightning.attributes.rewards`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, TypeVar, Union, cast
 
-from agentlightning.semconv import (
-    AGL_ANNOTATION,
-    LightningSpanAttributes,
-    RewardAttributes,
-)
-from agentlightning.types import Attributes, SpanCoreFields
-from agentlightning.utils.rewards import (
+from agentlightning.attributes.rewards import (
     PRIMARY_REWARD_NAME,
     find_final_reward,
     find_reward_spans,
@@ -23,6 +17,12 @@ from agentlightning.utils.rewards import (
     get_rewards_from_span,
     is_reward_span,
 )
+from agentlightning.semconv import (
+    AGL_ANNOTATION,
+    LightningSpanAttributes,
+    RewardAttributes,
+)
+from agentlightning.types import Attributes, SpanCoreFields
 
 from ._tracer import log_emitted, resolve_tracer
 

@@ -23,11 +23,11 @@ class ExecutionEvent(Protocol):
     def wait(self, timeout: Optional[float] = None) -> bool: ...
 
 
-class ThreadingEvent:
-    """Stop flag for bundles running as threads of one process."""
+class _WrappedEvent:
+    """An `ExecutionEvent` over a `threading.Event` or a multiprocessing one (same methods)."""
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
+    def __init__(self, event: Any) -> None:
+        self._event = event
 
     def set(self) -> None:
         self._event.set()
@@ -42,27 +42,19 @@ class ThreadingEvent:
         return self._event.wait(timeout)
 
     def __repr__(self) -> str:
-        return f"ThreadingEvent(is_set={self.is_set()})"
+        return f"{type(self).__name__}(is_set={self.is_set()})"
 
 
-class MultiprocessingEvent:
+class ThreadingEvent(_WrappedEvent):
+    """Stop flag for bundles running as threads of one process."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Event())
+
+
+class MultiprocessingEvent(_WrappedEvent):
     """Stop flag shared with child processes (pass it to them as an argument)."""
 
     def __init__(self, *, ctx: Optional[BaseContext] = None) -> None:
         context: Any = ctx or multiprocessing.get_context()
-        self._event = context.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        return self._event.wait(timeout)
-
-    def __repr__(self) -> str:
-        return f"MultiprocessingEvent(is_set={self.is_set()})"
+        super().__init__(context.Event())

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentlightning.attributes.otel import flatten_attributes, sanitize_attributes
 from agentlightning.emitter.reward import reward_attributes
 from agentlightning.semconv import AGL_ANNOTATION, LightningResourceAttributes
 from agentlightning.types import AUTO_SEQUENCE_ID, Attributes, OtelResource, Span
-from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
 
 __all__ = ["GatewayEvent", "parse_event", "event_span", "REWARD_EVENT", "EVENT_TYPE_ATTRIBUTE", "GATEWAY_TRACER_NAME"]
 

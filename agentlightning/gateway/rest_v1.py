@@ -25,10 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentlightning.adapter.extraction import logprobs_of, prompt_token_ids_of, response_token_ids_of
+from agentlightning.attributes.rewards import get_reward_value, is_reward_span
 from agentlightning.semconv import RAW_GEN_AI_REQUEST
 from agentlightning.store.transitions import ForbiddenTransitionError
 from agentlightning.types import Rollout, RolloutConfig, Span
-from agentlightning.utils.rewards import get_reward_value, is_reward_span
 
 from .events import EVENT_TYPE_ATTRIBUTE
 from .state import GatewayState

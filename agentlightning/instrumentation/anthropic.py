@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 from opentelemetry import context as otel_context
 
-from agentlightning.types import Attributes
-from agentlightning.utils.messages_format import (
+from agentlightning.formats.messages import (
     MessagesStreamAccumulator,
     messages_request_to_chat,
     messages_response_to_chat,
 )
+from agentlightning.types import Attributes
 
 from .llm_calls import CallFormat, client_capture_off, materialize_iterables, wrap_async_call, wrap_sync_call
 from .openai_chat import request_to_attributes, response_to_attributes

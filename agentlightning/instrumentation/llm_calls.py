@@ -22,9 +22,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
+from agentlightning.attributes.genai import latest_genai_attributes, latest_genai_enabled
+from agentlightning.attributes.otel import format_exception_attributes
 from agentlightning.types import Attributes
-from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled
-from agentlightning.utils.otel import format_exception_attributes
 
 __all__ = [
     "CallFormat",

@@ -12,12 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentlightning.types import Attributes
-from agentlightning.utils.responses_format import (
+from agentlightning.formats.responses import (
     ResponsesStreamAccumulator,
     responses_request_to_chat,
     responses_response_to_chat,
 )
+from agentlightning.types import Attributes
 
 from .llm_calls import CallFormat
 from .openai_chat import request_to_attributes, response_to_attributes

@@ -13,10 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from agentlightning.attributes.genai import latest_genai_attributes, latest_genai_enabled
 from agentlightning.instrumentation.openai_chat import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
 from agentlightning.semconv import RAW_GEN_AI_REQUEST, LightningResourceAttributes
 from agentlightning.types import Attributes, OtelResource, Span, TraceStatus
-from agentlightning.utils.genai import latest_genai_attributes, latest_genai_enabled
 
 from .call import ProxyCall
 

@@ -3,7 +3,7 @@
 A client speaking the OpenAI Responses API (the OpenAI Agents SDK) or the Anthropic Messages API (a
 Claude-Code-style agent) is answered in its own format while the backend (vLLM, our policy server, any
 LiteLLM provider) is called with the equivalent chat completion, token ids included. The formats
-themselves live in `agentlightning.utils.responses_format` / `messages_format`; this module adds what
+themselves live in `agentlightning.formats.responses` / `messages_format`; this module adds what
 the proxy needs around them: errors in the client's format and stream translators producing SSE bytes.
 """
 
@@ -15,13 +15,13 @@ from typing import Any, Optional
 
 from starlette.responses import JSONResponse, Response
 
-from agentlightning.utils.messages_format import (
+from agentlightning.formats.messages import (
     ChatToMessagesStream,
     MessagesTranslationError,
     chat_response_to_messages,
     messages_request_to_chat,
 )
-from agentlightning.utils.responses_format import (
+from agentlightning.formats.responses import (
     ChatToResponsesStream,
     ResponsesTranslationError,
     chat_response_to_responses,

@@ -2,19 +2,21 @@
 
 from typing import TYPE_CHECKING, Any
 
+from agentlightning.types import Hook
+
 from .agent import LitAgentRunner
-from .base import Hook, Runner
+from .base import Runner
 
 if TYPE_CHECKING:
-    from agentlightning.compat.runner_legacy import LegacyAgentRunner
+    from .legacy import LegacyAgentRunner
 
 __all__ = ["Runner", "LitAgentRunner", "LegacyAgentRunner", "Hook"]
 
 
 def __getattr__(name: str) -> Any:
-    # v0.3's `agentlightning.runner.LegacyAgentRunner` (v0.1 loop) lives in `agentlightning.compat`.
+    # v0.3's `agentlightning.runner.LegacyAgentRunner` (the v0.1 loop) loads on first use.
     if name == "LegacyAgentRunner":
-        import importlib
+        from .legacy import LegacyAgentRunner
 
-        return importlib.import_module("agentlightning.compat.runner_legacy").LegacyAgentRunner
+        return LegacyAgentRunner
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

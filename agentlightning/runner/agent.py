@@ -16,6 +16,7 @@ from agentlightning.store.transitions import StaleAttemptError
 from agentlightning.types import (
     AttemptedRollout,
     AttemptStatus,
+    Hook,
     NamedResources,
     Rollout,
     RolloutMode,
@@ -23,7 +24,7 @@ from agentlightning.types import (
     SpanCoreFields,
 )
 
-from .base import Hook, Runner, StopEvent
+from .base import Runner, StopEvent
 from .failures import log_failure
 from .heartbeat import HEARTBEAT_LAUNCH_MODES, WorkerHeartbeat
 from .results import ZERO_LLM_SPANS_HINT, RolloutResults, SpanList

@@ -1,10 +1,4 @@
-"""`Runner`: the worker-side loop contract that executes a `LitAgent` against a store, and its `Hook`s.
-
-Hooks see the agent, the runner and the tracer, so they belong to the runner layer rather than to the
-data types; a runner takes hooks and hooks receive the runner, so both live here. v0.3 imported `Hook`
-from `agentlightning.types`; that path still resolves (lazily) to this class, as does
-`agentlightning.runner.hook.Hook`.
-"""
+"""`Runner`: the worker-side loop contract that executes a `LitAgent` against a store, calling its `Hook`s."""
 
 from __future__ import annotations
 
@@ -12,18 +6,15 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, Optional, Protocol, TypeVar
 
-from opentelemetry.sdk.trace import ReadableSpan
-
-from agentlightning.types import NamedResources, ParallelWorkerBase, Rollout, RolloutMode, Span
+from agentlightning.types import Hook, NamedResources, ParallelWorkerBase, Rollout, RolloutMode
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent
     from agentlightning.store.base import LightningStore
-    from agentlightning.tracer import Tracer
 
-__all__ = ["Runner", "StopEvent", "Hook"]
+__all__ = ["Runner", "StopEvent"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,30 +103,3 @@ class Runner(ParallelWorkerBase, ABC, Generic[T_task]):
                 except Exception:
                     logger.exception("%s: teardown() failed", type(self).__name__)
             self.worker_id = None
-
-
-class Hook(ParallelWorkerBase):
-    """Callbacks a runner invokes around each rollout; all are no-ops by default."""
-
-    async def on_trace_start(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
-        """Called right after the tracer context opened, before the agent runs."""
-
-    async def on_trace_end(
-        self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
-    ) -> None:
-        """Called after the agent returned, before the tracer context closes."""
-
-    async def on_rollout_start(self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout) -> None:
-        """Called before the tracer context opens."""
-
-    async def on_rollout_end(
-        self,
-        *,
-        agent: LitAgent[Any],
-        runner: Runner[Any],
-        rollout: Rollout,
-        spans: Union[list[ReadableSpan], list[Span]],
-    ) -> None:
-        """Called after the rollout's result was posted, before the attempt is finalised."""

@@ -1,5 +1,5 @@
-"""`Hook`: callbacks a runner invokes around each rollout (defined in `runner/base.py`, beside `Runner`)."""
+"""v0.3's `agentlightning.runner.hook.Hook`: the class lives in `agentlightning.types.hooks`."""
 
-from .base import Hook
+from agentlightning.types.hooks import Hook
 
 __all__ = ["Hook"]

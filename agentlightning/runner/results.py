@@ -21,6 +21,7 @@ from agentlightning.types import (
     AUTO_SEQUENCE_ID,
     LLM,
     AttemptedRollout,
+    Hook,
     NamedResources,
     RolloutRawResult,
     Span,
@@ -28,7 +29,6 @@ from agentlightning.types import (
     TraceStatus,
 )
 
-from .base import Hook
 from .failures import FAILURE_SUMMARY_ATTRIBUTE, describe_failure
 
 if TYPE_CHECKING:

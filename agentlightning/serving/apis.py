@@ -21,19 +21,20 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from pydantic import ValidationError
 
-from ..utils.messages_format import (
+from agentlightning.formats.messages import (
     ChatToMessagesStream,
     MessagesTranslationError,
     chat_response_to_messages,
     messages_request_to_chat,
 )
-from ..utils.responses_format import (
+from agentlightning.formats.responses import (
     ChatToResponsesStream,
     ResponsesTranslationError,
     chat_response_to_responses,
     responses_request_to_chat,
     sse_encode,
 )
+
 from .adapters import UnknownAdapterError
 from .completions import ClientGone, GatedPolicy, complete_chat, submit_chat, unless_disconnected
 from .protocol import ChatCompletionRequest, openai_error

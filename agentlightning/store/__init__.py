@@ -8,9 +8,6 @@ from .memory import InMemoryLightningStore
 from .threading import LightningStoreThreaded
 
 if TYPE_CHECKING:
-    from agentlightning.compat.store_client import LightningStoreClient
-    from agentlightning.compat.store_server import LightningStoreServer
-
     from .postgres import PostgresLightningStore
     from .sqlite import SqliteLightningStore
 
@@ -30,11 +27,12 @@ __all__ = [
 ]
 
 # HTTP pieces load on first use so `import agentlightning.store` does not import fastapi/aiohttp; they live
-# in `store_http`, which imports this package, so v0.3's `agentlightning.store.LightningStore{Server,Client}` goes
-# through `agentlightning.compat`. SQL backends load lazily too: PostgreSQL needs the optional psycopg extra.
+# in `store_http`, which imports this package, so v0.3's `agentlightning.store.LightningStore{Server,Client}`
+# come through the old-path modules `.server` and `.client`. SQL backends load lazily too: PostgreSQL needs
+# the optional psycopg extra.
 _LAZY = {
-    "LightningStoreServer": "agentlightning.compat.store_server",
-    "LightningStoreClient": "agentlightning.compat.store_client",
+    "LightningStoreServer": ".server",
+    "LightningStoreClient": ".client",
     "SqliteLightningStore": ".sqlite",
     "PostgresLightningStore": ".postgres",
 }

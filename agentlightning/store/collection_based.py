@@ -1,9 +1,6 @@
-"""Old path of `CollectionBasedLightningStore` (v0.3); the class lives in `agentlightning.store.collection`."""
+"""v0.3's `agentlightning.store.collection_based`: the store lives in `agentlightning.store.collection`."""
 
-from agentlightning.compat.store_collection_based import (
-    CollectionBasedLightningStore,
-    LightningCollections,
-    T_Collections,
-)
+from .collection import CollectionBasedLightningStore, LightningCollections
+from .collection.store import T_Collections
 
 __all__ = ["CollectionBasedLightningStore", "LightningCollections", "T_Collections"]

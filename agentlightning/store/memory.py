@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel
 
+from agentlightning.store.memory_limit import memory_limit_bytes
 from agentlightning.types import Attempt, AttemptedRollout, Rollout, Span
-from agentlightning.utils.memory_limit import memory_limit_bytes
 
 from ._arguments import RolloutDraft
 from .base import LightningStoreCapabilities, LightningStoreStatistics
@@ -135,7 +135,7 @@ class InMemoryLightningStore(CollectionBasedLightningStore[InMemoryLightningColl
         thread_safe: serialise calls from several threads with a lock (async use needs none).
         eviction_memory_threshold: the memory budget: bytes of spans, rollouts and attempts that trigger
             eviction; int = bytes, float = fraction of the memory this process may use (its cgroup limit in
-            a container, else the host's RAM: `utils.memory_limit`); default 70 % of it.
+            a container, else the host's RAM: `store.memory_limit`); default 70 % of it.
         safe_memory_threshold: eviction stops below this; same units; default 80 % of the eviction one.
         span_size_estimator: bytes of one span; default `estimate_span_size`.
         record_size_estimator: bytes of one rollout or attempt; default `estimate_record_size`.

@@ -1,7 +1,7 @@
 """Prometheus-style call tracking for store methods: `agl.<group>.total` and `agl.<group>.duration`.
 
 The tracker is any metrics backend with `register_counter`, `register_histogram`, `inc_counter` and
-`observe_histogram` (see `agentlightning.utils.metrics`); without one, tracking costs one attribute read.
+`observe_histogram` (see `agentlightning.tracking.metrics`); without one, tracking costs one attribute read.
 """
 
 from __future__ import annotations

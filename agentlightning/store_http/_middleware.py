@@ -9,8 +9,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentlightning.tracking.metrics import MetricsBackend
 from agentlightning.utils.body_limit import BodySizeLimitMiddleware as GenericBodySizeLimit
-from agentlightning.utils.metrics import MetricsBackend
 
 from .errors import HTTPError, error_body
 from .limits import DEFAULT_MAX_BODY_SIZE

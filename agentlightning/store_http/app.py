@@ -16,7 +16,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.routing import BaseRoute, Mount
 
 from agentlightning.store.base import LightningStore
-from agentlightning.utils.metrics import MetricsBackend, find_prometheus_backend
+from agentlightning.tracking.metrics import MetricsBackend, find_prometheus_backend
 
 from ._browser_guard import BrowserGuardMiddleware, default_allowed_hosts
 from ._idempotency import IdempotencyMiddleware

@@ -18,7 +18,7 @@ from fastapi import APIRouter, FastAPI
 
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
-from agentlightning.utils.metrics import MetricsBackend
+from agentlightning.tracking.metrics import MetricsBackend
 from agentlightning.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
 
 from .app import HEALTH_PATH, ServingState, build_store_app

@@ -9,8 +9,8 @@ from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
+from agentlightning.attributes.otel import format_exception_attributes, sanitize_attributes
 from agentlightning.types import Attributes, SpanCoreFields, StatusCode, TraceStatus
-from agentlightning.utils.otel import format_exception_attributes, sanitize_attributes
 
 __all__ = ["OtelSpanRecordingContext", "CoreFieldsRecordingContext", "seconds_to_ns"]
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
+from agentlightning.attributes.otel import sanitize_attributes
 from agentlightning.types import Attributes, ParallelWorkerBase, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
+
+from ._recording import CoreFieldsRecordingContext
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -105,7 +109,16 @@ class Tracer(ParallelWorkerBase):
         status: Optional[TraceStatus] = None,
     ) -> SpanCoreFields:
         """Record an instant span (start == end) and return its core fields."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement create_span")
+        moment = timestamp if timestamp is not None else time.time()
+        core = SpanCoreFields(
+            name=name,
+            attributes=sanitize_attributes(attributes) if attributes else {},
+            status=status or self._default_status(),
+            start_time=moment,
+            end_time=moment,
+        )
+        self._record_core(core)
+        return core
 
     @contextmanager
     def operation_context(
@@ -116,8 +129,48 @@ class Tracer(ParallelWorkerBase):
         end_time: Optional[float] = None,
     ) -> Iterator[SpanRecordingContext]:
         """Record a span covering the block; the yielded context records attributes, status, exceptions."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement operation_context")
-        yield  # pragma: no cover
+        start = start_time if start_time is not None else time.time()
+        recording = CoreFieldsRecordingContext(name, sanitize_attributes(attributes) if attributes else {}, start)
+        recording.record_status(self._default_status().status_code)
+        try:
+            yield recording
+        except Exception as exc:
+            recording.record_exception(exc)
+            raise
+        finally:
+            recording.finish(end_time)
+            self._record_core(recording.get_recorded_span())
+
+    def _default_status(self) -> TraceStatus:
+        """The status of a span that recorded none (UNSET; a tracer without a backend says OK, as v0.3)."""
+        return TraceStatus()
+
+    def _record_core(self, core: SpanCoreFields) -> None:
+        """Keep a finished span built by `create_span` / `operation_context` (the tracer's backend)."""
+        raise NotImplementedError(f"{type(self).__name__} does not record spans")
+
+    def _trace_store(
+        self, store: Optional[LightningStore], rollout_id: Optional[str], attempt_id: Optional[str]
+    ) -> Optional[LightningStore]:
+        """The store a `trace_context` writes to, after checking its arguments (`store=` is deprecated)."""
+        if store is not None:
+            warnings.warn(
+                "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+        _check_trace_ids(rollout_id, attempt_id)
+        store = store or self._store
+        if rollout_id is not None and store is None:
+            raise ValueError(f"tracing rollout {rollout_id!r} needs a store; call init_worker(worker_id, store) first")
+        return store
+
+    def _restore_active(self, previous: Optional[Tracer], still_open: bool = False) -> None:
+        """At the end of a trace context: the tracer active before it again, else none (unless one is still open)."""
+        if previous is not None and previous is not self:
+            replace_active_tracer(previous)
+        elif not still_open:
+            clear_active_tracer()
 
     def get_langchain_handler(self) -> Any:
         """A LangChain callback handler feeding this tracer, or None when the tracer has none."""
@@ -163,3 +216,11 @@ class Tracer(ParallelWorkerBase):
         )
         async with self.trace_context(name=getattr(func, "__name__", None)):
             return await func(*args, **kwargs)
+
+
+def _check_trace_ids(rollout_id: Optional[str], attempt_id: Optional[str]) -> None:
+    if (rollout_id is None) != (attempt_id is None):
+        raise ValueError(
+            f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
+            f"attempt_id={attempt_id!r}); pass both to record into the store, or neither to trace locally"
+        )

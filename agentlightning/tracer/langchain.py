@@ -29,8 +29,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
+from agentlightning.attributes.otel import format_exception_attributes
 from agentlightning.types import Attributes
-from agentlightning.utils.otel import format_exception_attributes
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler

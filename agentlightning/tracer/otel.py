@@ -7,7 +7,6 @@ import contextvars
 import logging
 import threading
 import time
-import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Optional
@@ -19,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
+from agentlightning.attributes.otel import sanitize_attributes
 from agentlightning.semconv import LightningResourceAttributes
 from agentlightning.types import (
     AttemptStatus,
@@ -29,7 +29,6 @@ from agentlightning.types import (
     SpanRecordingContext,
     TraceStatus,
 )
-from agentlightning.utils.otel import sanitize_attributes
 
 from ._delivery import (
     DUMMY_ATTEMPT_ID,
@@ -40,7 +39,7 @@ from ._delivery import (
 )
 from ._delivery import _current_session as _session_var
 from ._recording import OtelSpanRecordingContext, seconds_to_ns
-from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
+from .base import Tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -63,7 +62,8 @@ class LightningSpanProcessor(SpanProcessor):
     A span belongs to the session current in the context that started it (trace contexts set it in a
     context variable, so concurrent rollouts in different tasks stay apart). Spans started where no
     session is current, e.g. in a thread the agent spawned, fall back to the most recently opened
-    session of this processor. Spans started outside every session are ignored.
+    session of this processor. A span it did not see start (started before any session opened, or given
+    to `on_end` directly) belongs to the session current where it ends; outside every session it is ignored.
     """
 
     def __init__(self, disable_store_submission: bool = False) -> None:
@@ -177,14 +177,19 @@ class LightningSpanProcessor(SpanProcessor):
         self._span_sessions[ctx.span_id] = session
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not self._span_sessions:
-            return
         ctx = span.context
-        if ctx is None:
+        if ctx is None or not ctx.trace_flags.sampled:
             return
-        session = self._span_sessions.pop(ctx.span_id, None)
+        session = self._span_sessions.pop(ctx.span_id, None) if self._span_sessions else None
         if session is None:
-            return
+            # Not seen starting (started before the trace opened, or handed to `on_end` directly as v0.3
+            # allowed): it belongs to the trace current where it ends, unless that is another tracer's.
+            current = _session_var.get()
+            if not self._open or is_suppressed() or (current is not None and current.owner is not self):
+                return
+            session = self._current()
+            if session is None:
+                return
         if self._disable_store_submission:
             session.keep_locally(span)
         else:
@@ -393,20 +398,7 @@ class OtelTracer(Tracer):
         remote store instead of two), or `flush_last_trace()`, which sends them alone. One of the two must
         follow, or those spans never reach the store.
         """
-        if store is not None:
-            warnings.warn(
-                "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-        if (rollout_id is None) != (attempt_id is None):
-            raise ValueError(
-                f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
-                f"attempt_id={attempt_id!r}); pass both to record into the store, or neither to trace locally"
-            )
-        store = store or self._store
-        if rollout_id is not None and store is None:
-            raise ValueError(f"tracing rollout {rollout_id!r} needs a store; call init_worker(worker_id, store) first")
+        store = self._trace_store(store, rollout_id, attempt_id)
         otel_tracer = self._ensure_setup()
         if self.instrument_openai:
             # Cheap, and keeps our wrapper outermost if another library wrapped the client since setup.
@@ -435,10 +427,7 @@ class OtelTracer(Tracer):
             try:
                 await session.close(keep_pending=defer_last_batch and rollout_id is not None)
             finally:
-                if previous_active is not None and previous_active is not self:
-                    replace_active_tracer(previous_active)
-                elif not processor.open_sessions:
-                    clear_active_tracer()
+                self._restore_active(previous_active, still_open=bool(processor.open_sessions))
 
     async def flush_last_trace(self) -> None:
         """Write the spans a `trace_context(defer_last_batch=True)` left unwritten (no-op when none are left)."""

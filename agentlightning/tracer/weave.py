@@ -22,9 +22,8 @@ import logging
 import threading
 import time
 import uuid
-import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Optional
 
 from opentelemetry.sdk.resources import Resource
@@ -32,18 +31,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags
 from opentelemetry.trace import StatusCode as OtelStatusCode
 
+from agentlightning.attributes.otel import flatten_attributes, sanitize_attributes
 from agentlightning.semconv import (
     PROMPT_TOKEN_IDS,
     RESPONSE_TOKEN_IDS,
     LightningResourceAttributes,
     LightningSpanAttributes,
 )
-from agentlightning.types import Attributes, Span, SpanCoreFields, SpanRecordingContext, TraceStatus
-from agentlightning.utils.otel import flatten_attributes, sanitize_attributes
+from agentlightning.types import Attributes, Span, SpanCoreFields, TraceStatus
 
 from ._delivery import TraceSession
-from ._recording import CoreFieldsRecordingContext
-from .base import Tracer, clear_active_tracer, get_active_tracer, replace_active_tracer
+from .base import Tracer, get_active_tracer, replace_active_tracer
 
 if TYPE_CHECKING:
     from agentlightning.instrumentation.weave import InMemoryWeaveTraceServer, WeaveCallRecord
@@ -326,20 +324,7 @@ class WeaveTracer(Tracer):
         attempt_id: Optional[str] = None,
     ) -> AsyncIterator[Any]:
         """Capture the Weave calls (and emitted spans) of the block for one rollout attempt; yields the Weave client."""
-        if store is not None:
-            warnings.warn(
-                "trace_context(store=...) is deprecated; pass the store to init_worker(worker_id, store)",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-        if (rollout_id is None) != (attempt_id is None):
-            raise ValueError(
-                f"rollout_id and attempt_id must be given together (got rollout_id={rollout_id!r}, "
-                f"attempt_id={attempt_id!r}); pass both to record into the store, or neither to trace locally"
-            )
-        store = store or self._store
-        if rollout_id is not None and store is None:
-            raise ValueError(f"tracing rollout {rollout_id!r} needs a store; call init_worker(worker_id, store) first")
+        store = self._trace_store(store, rollout_id, attempt_id)
         self._ensure_setup()
         import weave
 
@@ -376,10 +361,7 @@ class WeaveTracer(Tracer):
                 try:
                     await session.close()
                 finally:
-                    if previous_active is not None and previous_active is not self:
-                        replace_active_tracer(previous_active)
-                    elif not self._open:
-                        clear_active_tracer()
+                    self._restore_active(previous_active, still_open=bool(self._open))
 
     def get_last_trace(self) -> list[Span]:
         """Spans of the most recent trace context (as stored, with rollout/attempt/sequence ids)."""
@@ -387,7 +369,8 @@ class WeaveTracer(Tracer):
 
     # ---- emitters ----
 
-    def _submit_core(self, core: SpanCoreFields) -> None:
+    def _record_core(self, core: SpanCoreFields) -> None:
+        # a child of the running Weave call, if any
         session = _current_session.get()
         if session is None:
             with self._lock:
@@ -408,42 +391,3 @@ class WeaveTracer(Tracer):
                 status=core.status,
             )
         )
-
-    def create_span(
-        self,
-        name: str,
-        attributes: Optional[Attributes] = None,
-        timestamp: Optional[float] = None,
-        status: Optional[TraceStatus] = None,
-    ) -> SpanCoreFields:
-        """Record an instant span, a child of the running Weave call if any."""
-        moment = timestamp if timestamp is not None else time.time()
-        core = SpanCoreFields(
-            name=name,
-            attributes=sanitize_attributes(attributes) if attributes else {},
-            status=status or TraceStatus(),
-            start_time=moment,
-            end_time=moment,
-        )
-        self._submit_core(core)
-        return core
-
-    @contextmanager
-    def operation_context(
-        self,
-        name: str,
-        attributes: Optional[Attributes] = None,
-        start_time: Optional[float] = None,
-        end_time: Optional[float] = None,
-    ) -> Iterator[SpanRecordingContext]:
-        """Record a span covering the block, a child of the running Weave call if any."""
-        start = start_time if start_time is not None else time.time()
-        recording = CoreFieldsRecordingContext(name, sanitize_attributes(attributes) if attributes else {}, start)
-        try:
-            yield recording
-        except Exception as exc:
-            recording.record_exception(exc)
-            raise
-        finally:
-            recording.finish(end_time)
-            self._submit_core(recording.get_recorded_span())

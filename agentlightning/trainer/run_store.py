@@ -14,11 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from agentlightning.runner.hook import Hook
 from agentlightning.semconv import AGL_RUN
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
-from agentlightning.types import EnqueueRolloutRequest, Rollout
+from agentlightning.types import EnqueueRolloutRequest, Hook, Rollout
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent

@@ -24,10 +24,9 @@ from agentlightning.execution.events import ExecutionEvent
 from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
 from agentlightning.runner.failures import share_first_traceback
-from agentlightning.runner.hook import Hook
 from agentlightning.store.base import LightningStore
 from agentlightning.tracking import TRACKING_ENV_VAR, TrackingSpec, make_tracker
-from agentlightning.types import Dataset, NamedResources
+from agentlightning.types import Dataset, Hook, NamedResources
 
 from .init_utils import build_component
 from .progress import PROGRESS_INTERVAL_SECONDS, RunProgress, format_duration
@@ -340,7 +339,7 @@ class Trainer:
         """Train: run the algorithm and `n_runners` runners of `agent` until the algorithm finishes.
 
         v0.3 code may still pass a v0.1 backend (a server URL or an `AgentLightningClient`) instead of a
-        dataset; that deprecated call is handed to `agentlightning.compat.trainer_legacy`.
+        dataset; that deprecated call is handed to `agentlightning.trainer.legacy`.
         """
         if _is_v01_backend(train_dataset):
             self._fit_v01_backend(agent, train_dataset)
@@ -350,16 +349,16 @@ class Trainer:
             return
         self._execute(agent, self.algorithm, train_dataset, val_dataset)
 
-    # ---- the v0.3 public entry points of v0.1 training; their code lives in agentlightning.compat ----
+    # ---- the v0.3 public entry points of v0.1 training; their code lives in `trainer/legacy.py` ----
 
     def fit_v0(self, agent: LitAgent[Any], backend: Any, *args: Any, **kwargs: Any) -> None:
-        """Deprecated v0.1 training against an `AgentLightningServer`; see `compat.trainer_legacy`."""
-        from agentlightning.compat.trainer_legacy import TrainerLegacy
+        """Deprecated v0.1 training against an `AgentLightningServer`; see `trainer/legacy.py`."""
+        from .legacy import TrainerLegacy
 
         TrainerLegacy.fit_v0(self, agent, backend, *args, **kwargs)  # pyright: ignore[reportArgumentType]
 
     def _fit_v01_backend(self, agent: LitAgent[Any], backend: Any) -> None:
-        from agentlightning.compat.trainer_legacy import fit_with_v01_backend
+        from .legacy import fit_with_v01_backend
 
         fit_with_v01_backend(self, agent, backend)
 

@@ -1,11 +1,11 @@
 """Core data types: rollouts, attempts, workers, triplets, pagination and filters.
 
-`Hook` moved to the runner layer (`agentlightning.runner.hook`); `from agentlightning.types import Hook`
-still works through a lazy module attribute that imports it on first use, never at import time.
+v0.3 defined `Hook` here; it lives in `types/hooks.py` now and `agentlightning.types.core.Hook` still resolves.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import (
     Any,
@@ -327,10 +327,8 @@ class GenericResponse(BaseModel):
 
 
 def __getattr__(name: str) -> Any:
-    # v0.3's `agentlightning.types.Hook`: the alias lives in `agentlightning.compat` and is looked up on
-    # first access only, so this data-only module never imports a higher layer when it is imported.
+    # v0.3's `agentlightning.types.core.Hook`: the class lives in `types/hooks.py` (which imports this module),
+    # and the package's `__init__` has loaded it before any attribute of this module can be asked for.
     if name == "Hook":
-        import importlib
-
-        return importlib.import_module("agentlightning.compat.types_core").Hook
+        return sys.modules["agentlightning.types.hooks"].Hook
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

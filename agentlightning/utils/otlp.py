@@ -11,6 +11,7 @@ import base64
 import gzip
 import json
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -20,7 +21,10 @@ __all__ = [
     "SPAN_SEQUENCE_ID_ATTRIBUTE",
     "OtlpSpan",
     "decode_otlp_body",
+    "parse_export_request",
     "parse_export_trace_request",
+    "fix_json_ids",
+    "json_records",
     "otlp_spans",
     "export_trace_response",
     "is_protobuf_content_type",
@@ -33,6 +37,7 @@ SPAN_SEQUENCE_ID_ATTRIBUTE = "agentlightning.span_sequence_id"
 
 _STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
 _HEX = frozenset("0123456789abcdefABCDEF")
+_ID_KEYS = ("traceId", "trace_id", "spanId", "span_id")
 # OTLP span flags: bit 8 says whether bit 9 (the parent's is_remote) is known.
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
@@ -77,30 +82,53 @@ def _hex_to_base64(value: Any) -> Any:
     return value
 
 
-def _fix_json_ids(span: dict[str, Any]) -> None:
+def json_records(data: dict[str, Any], *levels: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    """The objects at the end of a nested OTLP/JSON path (each level's camelCase and snake_case spellings)."""
+    nodes: list[Any] = [data]
+    for names in levels:
+        nodes = [child for node in nodes if isinstance(node, dict) for child in _first_list(node, names)]
+    return (node for node in nodes if isinstance(node, dict))
+
+
+def _first_list(node: dict[str, Any], names: tuple[str, ...]) -> Any:
+    for name in names:
+        if node.get(name):
+            return node[name]
+    return ()
+
+
+def fix_json_ids(record: dict[str, Any], keys: tuple[str, ...] = _ID_KEYS) -> None:
     # OTLP/JSON writes ids as hex, while protobuf's JSON mapping expects base64 for bytes fields.
-    for key in ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"):
-        if key in span:
-            span[key] = _hex_to_base64(span[key])
-    for link in span.get("links") or ():
-        if isinstance(link, dict):
-            for key in ("traceId", "trace_id", "spanId", "span_id"):
-                if key in link:
-                    link[key] = _hex_to_base64(link[key])
+    for key in keys:
+        if key in record:
+            record[key] = _hex_to_base64(record[key])
 
 
-def parse_export_trace_request(body: bytes, content_type: str) -> Any:
-    """Parse an `ExportTraceServiceRequest` from protobuf or OTLP/JSON bytes; ValueError when malformed."""
+def _fix_json_span_ids(data: dict[str, Any]) -> None:
+    for span in json_records(data, ("resourceSpans", "resource_spans"), ("scopeSpans", "scope_spans"), ("spans",)):
+        fix_json_ids(span, (*_ID_KEYS, "parentSpanId", "parent_span_id"))
+        for link in span.get("links") or ():
+            if isinstance(link, dict):
+                fix_json_ids(link)
+
+
+def parse_export_request(
+    body: bytes, content_type: str, request: Any, top_key: str, fix_ids: Callable[[dict[str, Any]], None]
+) -> Any:
+    """Parse an OTLP export request (`request`, an empty message of its type) from protobuf or OTLP/JSON bytes.
+
+    `top_key` is the JSON body's one key (`resourceSpans`, `resourceLogs`); `fix_ids` turns its hex ids
+    into the base64 that protobuf's JSON mapping expects. ValueError when the body is malformed.
+    """
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    request = ExportTraceServiceRequest()
+    kind = type(request).__name__
     if is_protobuf_content_type(content_type):
         try:
             request.ParseFromString(body)
         except DecodeError as exc:
-            raise ValueError(f"body is not a valid protobuf ExportTraceServiceRequest: {exc}") from exc
+            raise ValueError(f"body is not a valid protobuf {kind}: {exc}") from exc
         return request
     if is_json_content_type(content_type):
         try:
@@ -108,22 +136,21 @@ def parse_export_trace_request(body: bytes, content_type: str) -> Any:
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise ValueError(f"OTLP/JSON body must be an object with 'resourceSpans', got {type(data).__name__}")
-        for resource_spans in data.get("resourceSpans") or data.get("resource_spans") or ():
-            if not isinstance(resource_spans, dict):
-                continue
-            for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get("scope_spans") or ():
-                if not isinstance(scope_spans, dict):
-                    continue
-                for span in scope_spans.get("spans") or ():
-                    if isinstance(span, dict):
-                        _fix_json_ids(span)
+            raise ValueError(f"OTLP/JSON body must be an object with {top_key!r}, got {type(data).__name__}")
+        fix_ids(data)
         try:
             json_format.ParseDict(data, request, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
-            raise ValueError(f"body is not a valid OTLP/JSON ExportTraceServiceRequest: {exc}") from exc
+            raise ValueError(f"body is not a valid OTLP/JSON {kind}: {exc}") from exc
         return request
     raise ValueError(f"unsupported Content-Type {content_type!r}; send application/x-protobuf or application/json")
+
+
+def parse_export_trace_request(body: bytes, content_type: str) -> Any:
+    """Parse an `ExportTraceServiceRequest` from protobuf or OTLP/JSON bytes; ValueError when malformed."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    return parse_export_request(body, content_type, ExportTraceServiceRequest(), "resourceSpans", _fix_json_span_ids)
 
 
 def _any_value(value: Any) -> Any:

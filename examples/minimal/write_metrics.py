@@ -32,7 +32,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 import agentlightning as agl
-from agentlightning.utils.metrics import ConsoleMetricsBackend, MultiMetricsBackend, PrometheusMetricsBackend
+from agentlightning.tracking.metrics import ConsoleMetricsBackend, MultiMetricsBackend, PrometheusMetricsBackend
 from agentlightning.utils.server_launcher import pick_free_port
 
 

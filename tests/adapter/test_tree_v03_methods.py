@@ -123,3 +123,36 @@ def test_to_trajectory_takes_v03_positional_arguments() -> None:
     assert [t.reward for t in triplets] == [0.5, 2.0]
     with pytest.raises(ValueError, match="dedup_llm_call=False"):
         tree.to_trajectory(dedup_llm_call=False)
+
+
+def test_find_llm_calls_in_v03_keyword_form_returns_node_and_agent_pairs() -> None:
+    tree, spans = _tree()
+    calls = tree.find_llm_calls(llm_call_match=r"openai\.chat", agent_match=None)
+    # only the call under an agent span counts: the second call sits directly under the root
+    assert [(node.span.span_id, agent) for node, agent in calls] == [(spans["call_1"].span_id, "planner")]
+    assert tree.find_llm_calls(llm_call_match=r"openai\.chat", agent_match="^other$") == []
+
+
+def test_find_llm_calls_in_v03_form_skips_repeated_response_ids_and_calls_under_rewards() -> None:
+    f = SpanFactory()
+    root = f.span("root", start=0, end=100)
+    agent = f.agent("planner", parent=root, start=1, end=50)
+    first = f.openai_call([USER], response_id="r1", prompt_ids=[1], response_ids=[2], parent=agent, start=2, end=3)
+    again = f.openai_call([USER], response_id="r1", prompt_ids=[1], response_ids=[2], parent=agent, start=4, end=5)
+    reward = f.reward(1.0, parent=agent, start=6, end=9)
+    judged = f.openai_call([USER], response_id="r9", prompt_ids=[5], response_ids=[6], parent=reward, start=7, end=8)
+    tree = TraceTree.from_spans([root, agent, first, again, reward, judged])
+    seen: set[str] = set()  # as in v0.3, repeats are recognised across siblings through the caller's set
+    calls = tree.find_llm_calls(
+        llm_call_match=r"openai\.chat", agent_match="planner", within_reward=False, existing_llm_call_response_ids=seen
+    )
+    assert [node.span.span_id for node, _ in calls] == [first.span_id]
+    assert seen == {"r1"}
+    every = tree.find_llm_calls(llm_call_match=r"openai\.chat", agent_match="planner")
+    assert [node.span.span_id for node, _ in every] == [first.span_id, again.span_id, judged.span_id]
+
+
+def test_find_llm_calls_needs_a_matcher_or_the_v03_form() -> None:
+    tree, _ = _tree()
+    with pytest.raises(TypeError, match="matcher"):
+        tree.find_llm_calls()

@@ -180,7 +180,7 @@ def test_a_stored_non_finite_reward_counts_as_none_with_a_warning(
             attributes={"agentops.task.output.type": "reward", "agentops.task.output.value": stored},
         ),
     ]
-    with caplog.at_level("WARNING", logger="agentlightning.utils.rewards"):
+    with caplog.at_level("WARNING", logger="agentlightning.attributes.rewards"):
         for span in spans:
             assert get_reward_value(span) is None
             assert not is_reward_span(span)

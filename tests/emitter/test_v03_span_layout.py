@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agentlightning.attributes.otel import read_nested_attribute
 from agentlightning.emitter import (
     emit_annotation,
     emit_exception,
@@ -20,7 +21,6 @@ from agentlightning.emitter.annotation import OperationContext
 from agentlightning.emitter.object import encode_object
 from agentlightning.semconv import AGL_OPERATION
 from agentlightning.types import Span, SpanCoreFields
-from agentlightning.utils.otel import read_nested_attribute
 
 from .conftest import Traced
 

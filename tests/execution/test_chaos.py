@@ -33,9 +33,9 @@ from typing import Optional
 import psutil
 import pytest
 
+from agentlightning.attributes.rewards import find_final_reward
 from agentlightning.semconv import AGL_STALE_ATTEMPT
 from agentlightning.store.sqlite import SqliteLightningStore
-from agentlightning.utils.rewards import find_final_reward
 from tests.support.faulty_proxy import FaultyProxy
 
 from .conftest import leftover_children

@@ -18,8 +18,8 @@ from fastapi import APIRouter, Request
 from starlette.staticfiles import StaticFiles
 
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
+from agentlightning.tracking.metrics import ConsoleMetricsBackend, PrometheusMetricsBackend
 from agentlightning.types import LLM, PromptTemplate, Span
-from agentlightning.utils.metrics import ConsoleMetricsBackend, PrometheusMetricsBackend
 from agentlightning.utils.server_launcher import PythonServerLauncher
 from tests.store.factories import make_span
 

@@ -7,7 +7,9 @@ import asyncio
 import openai
 import pytest
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentlightning.emitter import emit_message, get_message_value
 from agentlightning.store.memory import InMemoryLightningStore
@@ -155,3 +157,39 @@ def test_with_context_refuses_a_missing_store_or_ids() -> None:
         processor.with_context(store=store, rollout_id="", attempt_id="at-1")
     with pytest.raises(ValueError, match="attempt_id"):
         processor.with_context(store=store, rollout_id="ro-1", attempt_id=None)  # type: ignore[arg-type]
+
+
+def _finished_span(name: str) -> ReadableSpan:
+    """A span ended by another provider: the processor never saw it start."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("elsewhere").start_as_current_span(name):
+        pass
+    (span,) = exporter.get_finished_spans()
+    return span
+
+
+def test_on_end_keeps_a_span_it_did_not_see_start_in_the_open_trace() -> None:
+    processor = LightningSpanProcessor()
+    with processor:
+        processor.on_end(_finished_span("handed-in"))
+    assert [(s.name, s.rollout_id) for s in processor.spans()] == [("handed-in", DUMMY_ROLLOUT_ID)]
+
+
+def test_on_end_stores_a_span_it_did_not_see_start_under_the_context_attempt() -> None:
+    store = InMemoryLightningStore(thread_safe=True)
+    attempted = asyncio.run(store.start_rollout(input="q"))
+    rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
+    processor = LightningSpanProcessor()
+    with processor.with_context(store=store, rollout_id=rollout_id, attempt_id=attempt_id):
+        processor.on_end(_finished_span("handed-in"))
+    assert [(s.name, s.attempt_id) for s in asyncio.run(store.query_spans(rollout_id))] == [("handed-in", attempt_id)]
+
+
+def test_on_end_outside_every_trace_keeps_nothing() -> None:
+    processor = LightningSpanProcessor()
+    processor.on_end(_finished_span("stray"))
+    with processor:
+        pass
+    assert processor.spans() == []

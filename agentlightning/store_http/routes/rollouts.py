@@ -40,7 +40,7 @@ from ..context import API_PREFIX, serving_of, store_of
 from ..errors import HTTPError
 from ..openapi import json_body
 
-__all__ = ["LONG_POLL_HEADER", "WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "build_rollouts_router"]
+__all__ = ["LONG_POLL_HEADER", "WAIT_CAP_SECONDS", "WAIT_COMPLETE_HEADER", "router"]
 
 # Longest a single long-poll (`POST /waits/rollouts`, a dequeue with `wait`) blocks; clients loop for longer waits.
 WAIT_CAP_SECONDS = 30.0
@@ -122,144 +122,149 @@ async def _long_poll_dequeue(
     return [] if claim.cancelled() else claim.result()
 
 
-def build_rollouts_router() -> APIRouter:
-    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["rollouts"])
+router = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["rollouts"])
 
-    @api.post(
-        "/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout], openapi_extra=json_body(EnqueueBody)
+
+@router.post(
+    "/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout], openapi_extra=json_body(EnqueueBody)
+)
+async def enqueue_rollouts(request: Request) -> Response:
+    store = store_of(request)
+    body = await read_json(request, EnqueueBody)
+    for r in body.rollouts:
+        check_mode(r.mode)
+    return json_response(await store.enqueue_many_rollouts(body.rollouts), 201)
+
+
+@router.post(
+    "/queues/rollouts/dequeue",
+    response_model=list[AttemptedRollout],
+    openapi_extra=json_body(DequeueBody, required=False),
+)
+async def dequeue_rollouts(request: Request) -> Response:
+    """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions.
+
+    With `wait` > 0 an empty queue is long-polled: the answer comes as soon as a rollout is queued, or
+    empty after min(wait, WAIT_CAP_SECONDS), at shutdown, or (unread) when the client hangs up.
+    """
+    store = store_of(request)
+    body = await read_json(request, DequeueBody, optional=True)
+    if body.wait is not None and not body.wait >= 0:
+        raise HTTPError(400, f"wait must be >= 0 seconds or null, got {body.wait}")
+    if body.limit <= 0:
+        return json_response([])
+    wait = min(body.wait or 0.0, WAIT_CAP_SECONDS)
+    if wait == 0:
+        claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
+    else:
+        claimed = await _long_poll_dequeue(request, store, body, wait)
+    response = json_response(claimed)
+    if body.wait is not None:
+        response.headers[LONG_POLL_HEADER] = f"{wait:g}"
+    if claimed and WANT_RESOURCES_VERSIONS_HEADER in request.headers:
+        response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
+    return response
+
+
+@router.post("/rollouts", status_code=201, response_model=AttemptedRollout, openapi_extra=json_body(StartRolloutBody))
+async def start_rollout(request: Request) -> Response:
+    store = store_of(request)
+    body = await read_json(request, StartRolloutBody)
+    check_mode(body.mode)
+    rollout = await store.start_rollout(
+        input=body.input,
+        mode=body.mode,  # type: ignore[arg-type]
+        resources_id=body.resources_id,
+        config=body.config,
+        metadata=body.metadata,
+        worker_id=body.worker_id,
     )
-    async def enqueue_rollouts(request: Request) -> Response:
-        store = store_of(request)
-        body = await read_json(request, EnqueueBody)
-        for r in body.rollouts:
-            check_mode(r.mode)
-        return json_response(await store.enqueue_many_rollouts(body.rollouts), 201)
+    return json_response(rollout, 201)
 
-    @api.post(
-        "/queues/rollouts/dequeue",
-        response_model=list[AttemptedRollout],
-        openapi_extra=json_body(DequeueBody, required=False),
+
+@router.get("/rollouts", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
+async def get_rollouts(
+    request: Request,
+    status_in: Optional[list[str]] = Query(None),
+    rollout_id_in: Optional[list[str]] = Query(None),
+    rollout_id_contains: Optional[str] = None,
+    filter_logic: str = "and",
+    sort_by: Optional[str] = None,
+    sort_order: str = "asc",
+    limit: int = int64_query(-1),
+    offset: int = int64_query(0),
+) -> Response:
+    return await _query_rollouts(
+        store_of(request),
+        QueryRolloutsBody(
+            status_in=status_in,
+            rollout_id_in=rollout_id_in,
+            rollout_id_contains=rollout_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        ),
     )
-    async def dequeue_rollouts(request: Request) -> Response:
-        """Claim rollouts; with `X-AGL-Want-Resources-Versions` also report their resources' versions.
 
-        With `wait` > 0 an empty queue is long-polled: the answer comes as soon as a rollout is queued, or
-        empty after min(wait, WAIT_CAP_SECONDS), at shutdown, or (unread) when the client hangs up.
-        """
-        store = store_of(request)
-        body = await read_json(request, DequeueBody, optional=True)
-        if body.wait is not None and not body.wait >= 0:
-            raise HTTPError(400, f"wait must be >= 0 seconds or null, got {body.wait}")
-        if body.limit <= 0:
-            return json_response([])
-        wait = min(body.wait or 0.0, WAIT_CAP_SECONDS)
-        if wait == 0:
-            claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
-        else:
-            claimed = await _long_poll_dequeue(request, store, body, wait)
-        response = json_response(claimed)
-        if body.wait is not None:
-            response.headers[LONG_POLL_HEADER] = f"{wait:g}"
-        if claimed and WANT_RESOURCES_VERSIONS_HEADER in request.headers:
-            response.headers[RESOURCES_VERSIONS_HEADER] = await resources_versions_header(store, claimed)
-        return response
 
-    @api.post("/rollouts", status_code=201, response_model=AttemptedRollout, openapi_extra=json_body(StartRolloutBody))
-    async def start_rollout(request: Request) -> Response:
-        store = store_of(request)
-        body = await read_json(request, StartRolloutBody)
-        check_mode(body.mode)
-        rollout = await store.start_rollout(
-            input=body.input,
-            mode=body.mode,  # type: ignore[arg-type]
-            resources_id=body.resources_id,
-            config=body.config,
-            metadata=body.metadata,
-            worker_id=body.worker_id,
+@router.post(
+    "/rollouts/search",
+    response_model=PaginatedResult[Union[AttemptedRollout, Rollout]],
+    openapi_extra=json_body(QueryRolloutsBody, required=False),
+)
+async def search_rollouts(request: Request) -> Response:
+    return await _query_rollouts(store_of(request), await read_json(request, QueryRolloutsBody, optional=True))
+
+
+@router.get("/rollouts/{rollout_id}", response_model=Union[AttemptedRollout, Rollout])
+async def get_rollout(request: Request, rollout_id: str) -> Response:
+    rollout = await store_of(request).get_rollout_by_id(rollout_id)
+    if rollout is None:
+        raise not_found(f"rollout {rollout_id!r}")
+    return json_response(rollout)
+
+
+@router.post("/rollouts/{rollout_id}", response_model=Rollout, openapi_extra=json_body(UpdateRolloutBody))
+async def update_rollout(rollout_id: str, request: Request) -> Response:
+    store = store_of(request)
+    body = await read_json(request, UpdateRolloutBody)
+    reject_nulls(body, ("status", "config"))
+    fields = present_fields(body)
+    if "status" in fields:
+        check_rollout_status(fields["status"])
+    if "mode" in fields:
+        check_mode(fields["mode"])
+    try:
+        return json_response(await store.update_rollout(rollout_id, **fields))
+    except (ValueError, KeyError) as exc:
+        raise await missing_or(exc, lambda: rollout_exists(store, rollout_id)) from None
+
+
+@router.post("/waits/rollouts", response_model=list[Rollout], openapi_extra=json_body(WaitBody))
+async def wait_for_rollouts(request: Request) -> Response:
+    """Long-poll: wait up to min(timeout, WAIT_CAP_SECONDS); header X-AGL-Wait-Complete says if all finished."""
+    store = store_of(request)
+    body = await read_json(request, WaitBody)
+    if body.timeout is not None and body.timeout < 0:
+        raise HTTPError(400, f"timeout must be >= 0 seconds or null, got {body.timeout}")
+    timeout = WAIT_CAP_SECONDS if body.timeout is None else min(body.timeout, WAIT_CAP_SECONDS)
+    ids = body.rollout_ids
+    shutdown = serving_of(request).shutdown
+    if timeout == 0 or shutdown is None:
+        finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=timeout)
+    else:
+        waiter: asyncio.Future[list[Rollout]] = asyncio.ensure_future(
+            store.wait_for_rollouts(rollout_ids=ids, timeout=timeout)
         )
-        return json_response(rollout, 201)
-
-    @api.get("/rollouts", response_model=PaginatedResult[Union[AttemptedRollout, Rollout]])
-    async def get_rollouts(
-        request: Request,
-        status_in: Optional[list[str]] = Query(None),
-        rollout_id_in: Optional[list[str]] = Query(None),
-        rollout_id_contains: Optional[str] = None,
-        filter_logic: str = "and",
-        sort_by: Optional[str] = None,
-        sort_order: str = "asc",
-        limit: int = int64_query(-1),
-        offset: int = int64_query(0),
-    ) -> Response:
-        return await _query_rollouts(
-            store_of(request),
-            QueryRolloutsBody(
-                status_in=status_in,
-                rollout_id_in=rollout_id_in,
-                rollout_id_contains=rollout_id_contains,
-                filter_logic=filter_logic,
-                sort_by=sort_by,
-                sort_order=sort_order,
-                limit=limit,
-                offset=offset,
-            ),
-        )
-
-    @api.post(
-        "/rollouts/search",
-        response_model=PaginatedResult[Union[AttemptedRollout, Rollout]],
-        openapi_extra=json_body(QueryRolloutsBody, required=False),
-    )
-    async def search_rollouts(request: Request) -> Response:
-        return await _query_rollouts(store_of(request), await read_json(request, QueryRolloutsBody, optional=True))
-
-    @api.get("/rollouts/{rollout_id}", response_model=Union[AttemptedRollout, Rollout])
-    async def get_rollout(request: Request, rollout_id: str) -> Response:
-        rollout = await store_of(request).get_rollout_by_id(rollout_id)
-        if rollout is None:
-            raise not_found(f"rollout {rollout_id!r}")
-        return json_response(rollout)
-
-    @api.post("/rollouts/{rollout_id}", response_model=Rollout, openapi_extra=json_body(UpdateRolloutBody))
-    async def update_rollout(rollout_id: str, request: Request) -> Response:
-        store = store_of(request)
-        body = await read_json(request, UpdateRolloutBody)
-        reject_nulls(body, ("status", "config"))
-        fields = present_fields(body)
-        if "status" in fields:
-            check_rollout_status(fields["status"])
-        if "mode" in fields:
-            check_mode(fields["mode"])
-        try:
-            return json_response(await store.update_rollout(rollout_id, **fields))
-        except (ValueError, KeyError) as exc:
-            raise await missing_or(exc, lambda: rollout_exists(store, rollout_id)) from None
-
-    @api.post("/waits/rollouts", response_model=list[Rollout], openapi_extra=json_body(WaitBody))
-    async def wait_for_rollouts(request: Request) -> Response:
-        """Long-poll: wait up to min(timeout, WAIT_CAP_SECONDS); header X-AGL-Wait-Complete says if all finished."""
-        store = store_of(request)
-        body = await read_json(request, WaitBody)
-        if body.timeout is not None and body.timeout < 0:
-            raise HTTPError(400, f"timeout must be >= 0 seconds or null, got {body.timeout}")
-        timeout = WAIT_CAP_SECONDS if body.timeout is None else min(body.timeout, WAIT_CAP_SECONDS)
-        ids = body.rollout_ids
-        shutdown = serving_of(request).shutdown
-        if timeout == 0 or shutdown is None:
-            finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=timeout)
+        await asyncio.wait([waiter, shutdown], return_when=asyncio.FIRST_COMPLETED)
+        if waiter.done():
+            finished = waiter.result()
         else:
-            waiter: asyncio.Future[list[Rollout]] = asyncio.ensure_future(
-                store.wait_for_rollouts(rollout_ids=ids, timeout=timeout)
-            )
-            await asyncio.wait([waiter, shutdown], return_when=asyncio.FIRST_COMPLETED)
-            if waiter.done():
-                finished = waiter.result()
-            else:
-                waiter.cancel()  # the server is stopping: answer with what is finished now
-                finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
-        complete, finished = await _wait_complete(store, ids, finished)
-        response = json_response(finished)
-        response.headers[WAIT_COMPLETE_HEADER] = "true" if complete else "false"
-        return response
-
-    return api
+            waiter.cancel()  # the server is stopping: answer with what is finished now
+            finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
+    complete, finished = await _wait_complete(store, ids, finished)
+    response = json_response(finished)
+    response.headers[WAIT_COMPLETE_HEADER] = "true" if complete else "false"
+    return response

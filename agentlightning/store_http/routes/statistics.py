@@ -8,23 +8,22 @@ from starlette.responses import Response
 from ..bodies import JSON_MEDIA_TYPE, StoreRoute, json_response
 from ..context import API_PREFIX, store_of
 
-__all__ = ["build_statistics_router"]
+__all__ = ["router"]
 
 
-def build_statistics_router() -> APIRouter:
-    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["statistics"])
+router = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["statistics"])
 
-    @api.get("/health")
-    async def health(request: Request) -> Response:
-        """200 `{"status": "ok"}`; 503 `{"status": "unavailable", "detail": ...}` while the store's storage
-        refuses writes (disk full, read-only), until a write succeeds again."""
-        problem = store_of(request).storage_problem()
-        if problem is None:
-            return Response(b'{"status":"ok"}', media_type=JSON_MEDIA_TYPE)
-        return json_response({"status": "unavailable", "detail": problem}, 503)
 
-    @api.get("/statistics")
-    async def statistics(request: Request) -> Response:
-        return json_response(await store_of(request).statistics())
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """200 `{"status": "ok"}`; 503 `{"status": "unavailable", "detail": ...}` while the store's storage
+    refuses writes (disk full, read-only), until a write succeeds again."""
+    problem = store_of(request).storage_problem()
+    if problem is None:
+        return Response(b'{"status":"ok"}', media_type=JSON_MEDIA_TYPE)
+    return json_response({"status": "unavailable", "detail": problem}, 503)
 
-    return api
+
+@router.get("/statistics")
+async def statistics(request: Request) -> Response:
+    return json_response(await store_of(request).statistics())

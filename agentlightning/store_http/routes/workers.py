@@ -25,7 +25,7 @@ from ..bodies import (
 from ..context import API_PREFIX, store_of
 from ..openapi import json_body
 
-__all__ = ["build_workers_router"]
+__all__ = ["router"]
 
 
 async def _query_workers(store: LightningStore, q: QueryWorkersBody) -> Response:
@@ -45,50 +45,51 @@ async def _query_workers(store: LightningStore, q: QueryWorkersBody) -> Response
     return json_response(result)
 
 
-def build_workers_router() -> APIRouter:
-    api = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["workers"])
+router = APIRouter(prefix=API_PREFIX, route_class=StoreRoute, tags=["workers"])
 
-    @api.get("/workers", response_model=PaginatedResult[Worker])
-    async def get_workers(
-        request: Request,
-        status_in: Optional[list[str]] = Query(None),
-        worker_id_contains: Optional[str] = None,
-        filter_logic: str = "and",
-        sort_by: Optional[str] = None,
-        sort_order: str = "asc",
-        limit: int = int64_query(-1),
-        offset: int = int64_query(0),
-    ) -> Response:
-        return await _query_workers(
-            store_of(request),
-            QueryWorkersBody(
-                status_in=status_in,
-                worker_id_contains=worker_id_contains,
-                filter_logic=filter_logic,
-                sort_by=sort_by,
-                sort_order=sort_order,
-                limit=limit,
-                offset=offset,
-            ),
-        )
 
-    @api.post(
-        "/workers/search",
-        response_model=PaginatedResult[Worker],
-        openapi_extra=json_body(QueryWorkersBody, required=False),
+@router.get("/workers", response_model=PaginatedResult[Worker])
+async def get_workers(
+    request: Request,
+    status_in: Optional[list[str]] = Query(None),
+    worker_id_contains: Optional[str] = None,
+    filter_logic: str = "and",
+    sort_by: Optional[str] = None,
+    sort_order: str = "asc",
+    limit: int = int64_query(-1),
+    offset: int = int64_query(0),
+) -> Response:
+    return await _query_workers(
+        store_of(request),
+        QueryWorkersBody(
+            status_in=status_in,
+            worker_id_contains=worker_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        ),
     )
-    async def search_workers(request: Request) -> Response:
-        return await _query_workers(store_of(request), await read_json(request, QueryWorkersBody, optional=True))
 
-    @api.get("/workers/{worker_id}", response_model=Optional[Worker])
-    async def get_worker(request: Request, worker_id: str) -> Response:
-        """The worker, or `null` for an id never seen (as in v0.3: an unknown worker is not an error)."""
-        return json_response(await store_of(request).get_worker_by_id(worker_id))
 
-    @api.post("/workers/{worker_id}", response_model=Worker, openapi_extra=json_body(UpdateWorkerBody, required=False))
-    async def update_worker(worker_id: str, request: Request) -> Response:
-        body = await read_json(request, UpdateWorkerBody, optional=True)
-        reject_nulls(body, ("heartbeat_stats",))
-        return json_response(await store_of(request).update_worker(worker_id, **present_fields(body)))
+@router.post(
+    "/workers/search",
+    response_model=PaginatedResult[Worker],
+    openapi_extra=json_body(QueryWorkersBody, required=False),
+)
+async def search_workers(request: Request) -> Response:
+    return await _query_workers(store_of(request), await read_json(request, QueryWorkersBody, optional=True))
 
-    return api
+
+@router.get("/workers/{worker_id}", response_model=Optional[Worker])
+async def get_worker(request: Request, worker_id: str) -> Response:
+    """The worker, or `null` for an id never seen (as in v0.3: an unknown worker is not an error)."""
+    return json_response(await store_of(request).get_worker_by_id(worker_id))
+
+
+@router.post("/workers/{worker_id}", response_model=Worker, openapi_extra=json_body(UpdateWorkerBody, required=False))
+async def update_worker(worker_id: str, request: Request) -> Response:
+    body = await read_json(request, UpdateWorkerBody, optional=True)
+    reject_nulls(body, ("heartbeat_stats",))
+    return json_response(await store_of(request).update_worker(worker_id, **present_fields(body)))

@@ -9,7 +9,7 @@ from typing import Optional
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agentlightning.utils.metrics import (
+from agentlightning.tracking.metrics import (
     ConsoleMetricsBackend,
     MetricsBackend,
     MultiMetricsBackend,

@@ -10,9 +10,7 @@ from typing import cast
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from agentlightning.semconv import LinkPydanticModel
-from agentlightning.types import Span
-from agentlightning.utils.otel import (
+from agentlightning.attributes.otel import (
     check_attributes_sanity,
     describe_tracer_provider,
     extract_links_from_attributes,
@@ -32,6 +30,8 @@ from agentlightning.utils.otel import (
     sanitize_list_attribute_sanity,
     unflatten_attributes,
 )
+from agentlightning.semconv import LinkPydanticModel
+from agentlightning.types import Span
 
 
 def test_flatten_and_unflatten_round_trip() -> None:
@@ -135,7 +135,7 @@ def test_get_tracer_returns_a_usable_tracer() -> None:
 def test_get_tracer_raises_before_a_provider_is_set_up() -> None:
     # A fresh interpreter: the global provider can be set only once per process.
     code = (
-        "from agentlightning.utils.otel import get_tracer, get_tracer_provider\n"
+        "from agentlightning.attributes.otel import get_tracer, get_tracer_provider\n"
         "for call in (get_tracer, lambda: get_tracer_provider(inspect=False)):\n"
         "    try:\n"
         "        call()\n"
@@ -170,7 +170,7 @@ def test_get_tracer_provider_inspect_logs_processors_and_exporters(caplog: pytes
     tracer = OtelTracer(instrument_openai=False)
     tracer.init_worker(0)
     try:
-        with caplog.at_level(logging.DEBUG, logger="agentlightning.utils.otel"):
+        with caplog.at_level(logging.DEBUG, logger="agentlightning.attributes.otel"):
             get_tracer_provider(inspect=True)
             assert "span processors" in caplog.text
             caplog.clear()
@@ -250,8 +250,8 @@ def test_extract_tags_and_filter_attributes() -> None:
 
 
 def test_get_tracer_provider_is_the_provider_the_otel_tracer_uses() -> None:
+    from agentlightning.attributes.otel import get_tracer_provider
     from agentlightning.tracer.otel import OtelTracer
-    from agentlightning.utils.otel import get_tracer_provider
 
     tracer = OtelTracer(instrument_openai=False)
     tracer.init_worker(0)
@@ -288,8 +288,8 @@ def test_v03_prefix_value_and_link_values() -> None:
 def test_get_tracer_without_the_active_span_processor() -> None:
     from opentelemetry.sdk.trace import SpanProcessor
 
+    from agentlightning.attributes.otel import get_span_processors
     from agentlightning.tracer.otel import OtelTracer, _detach_processor  # pyright: ignore[reportPrivateUsage]
-    from agentlightning.utils.otel import get_span_processors
 
     class Collect(SpanProcessor):
         def __init__(self) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentlightning.utils import memory_limit
-from agentlightning.utils.memory_limit import cgroup_memory_limit, memory_limit_bytes
+from agentlightning.store import memory_limit
+from agentlightning.store.memory_limit import cgroup_memory_limit, memory_limit_bytes
 
 GIB = 1024**3
 V1_UNLIMITED = "9223372036854771712"

@@ -14,63 +14,34 @@ import json
 import secrets
 from typing import Any
 
-from .genai import AGL_LOG_EVENT, AGL_LOG_EVENT_BODY
-from .otlp import (
+from agentlightning.attributes.genai import AGL_LOG_EVENT, AGL_LOG_EVENT_BODY
+from agentlightning.utils.otlp import (
     ATTEMPT_ID_ATTRIBUTE,
     ROLLOUT_ID_ATTRIBUTE,
     OtlpSpan,
     _any_value,  # pyright: ignore[reportPrivateUsage]
     _attributes,  # pyright: ignore[reportPrivateUsage]
-    _hex_to_base64,  # pyright: ignore[reportPrivateUsage]
     _seconds,  # pyright: ignore[reportPrivateUsage]
-    is_json_content_type,
+    fix_json_ids,
     is_protobuf_content_type,
+    json_records,
+    parse_export_request,
 )
 
 __all__ = ["parse_export_logs_request", "otlp_log_events", "export_logs_response"]
 
 
 def _fix_json_log_ids(data: dict[str, Any]) -> None:
-    for resource_logs in data.get("resourceLogs") or data.get("resource_logs") or ():
-        if not isinstance(resource_logs, dict):
-            continue
-        for scope_logs in resource_logs.get("scopeLogs") or resource_logs.get("scope_logs") or ():
-            if not isinstance(scope_logs, dict):
-                continue
-            for record in scope_logs.get("logRecords") or scope_logs.get("log_records") or ():
-                if isinstance(record, dict):
-                    for key in ("traceId", "trace_id", "spanId", "span_id"):
-                        if key in record:
-                            record[key] = _hex_to_base64(record[key])
+    levels = (("resourceLogs", "resource_logs"), ("scopeLogs", "scope_logs"), ("logRecords", "log_records"))
+    for record in json_records(data, *levels):
+        fix_json_ids(record)
 
 
 def parse_export_logs_request(body: bytes, content_type: str) -> Any:
     """Parse an `ExportLogsServiceRequest` from protobuf or OTLP/JSON bytes; ValueError when malformed."""
-    from google.protobuf import json_format
-    from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-    request = ExportLogsServiceRequest()
-    if is_protobuf_content_type(content_type):
-        try:
-            request.ParseFromString(body)
-        except DecodeError as exc:
-            raise ValueError(f"body is not a valid protobuf ExportLogsServiceRequest: {exc}") from exc
-        return request
-    if is_json_content_type(content_type):
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"body is not valid JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ValueError(f"OTLP/JSON body must be an object with 'resourceLogs', got {type(data).__name__}")
-        _fix_json_log_ids(data)
-        try:
-            json_format.ParseDict(data, request, ignore_unknown_fields=True)
-        except json_format.ParseError as exc:
-            raise ValueError(f"body is not a valid OTLP/JSON ExportLogsServiceRequest: {exc}") from exc
-        return request
-    raise ValueError(f"unsupported Content-Type {content_type!r}; send application/x-protobuf or application/json")
+    return parse_export_request(body, content_type, ExportLogsServiceRequest(), "resourceLogs", _fix_json_log_ids)
 
 
 def otlp_log_events(request: Any) -> tuple[list[OtlpSpan], int]:

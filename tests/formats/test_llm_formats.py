@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentlightning.instrumentation.openai import ChatCompletionAccumulator
-from agentlightning.utils.messages_format import (
+from agentlightning.formats.messages import (
     ChatToMessagesStream,
     MessagesStreamAccumulator,
     MessagesTranslationError,
@@ -16,7 +15,7 @@ from agentlightning.utils.messages_format import (
     messages_request_to_chat,
     messages_response_to_chat,
 )
-from agentlightning.utils.responses_format import (
+from agentlightning.formats.responses import (
     ChatToResponsesStream,
     ResponsesStreamAccumulator,
     ResponsesTranslationError,
@@ -24,6 +23,7 @@ from agentlightning.utils.responses_format import (
     responses_request_to_chat,
     responses_response_to_chat,
 )
+from agentlightning.instrumentation.openai import ChatCompletionAccumulator
 
 CHAT_TOOL_ANSWER: dict[str, Any] = {
     "id": "chatcmpl-1",

@@ -1,5 +1,0 @@
-"""Compatibility path: `LightningStoreClient` lives in `agentlightning.store_http.client`."""
-
-from agentlightning.store_http.client import AUTH_TOKEN_ENV, LightningStoreClient
-
-__all__ = ["LightningStoreClient", "AUTH_TOKEN_ENV"]
