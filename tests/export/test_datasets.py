@@ -136,8 +136,8 @@ def test_import_then_export_gives_the_same_rows(tmp_path: Path) -> None:
     target = SqliteLightningStore(tmp_path / "imported.db")
 
     async def round_trip() -> list[dict[str, Any]]:
-        created = await import_rows(target, source)
-        assert sorted(created) == sorted({row["rollout_id"] for row in source})
+        report = await import_rows(target, source)
+        assert sorted(report.created) == sorted({row["rollout_id"] for row in source})
         try:
             return await rows_from_store(target)
         finally:
