@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentlightning.adapter.extraction import logprobs_of, prompt_token_ids_of, response_token_ids_of
 from agentlightning.semconv import RAW_GEN_AI_REQUEST
+from agentlightning.store.base import StorageUnavailableError
 from agentlightning.store.transitions import ForbiddenTransitionError
 from agentlightning.types import Rollout, RolloutConfig, Span
 from agentlightning.utils.rewards import get_reward_value, is_reward_span
@@ -190,6 +191,8 @@ def _admin_route_class(state: GatewayState) -> type[APIRoute]:
                     return _detail(exc.status_code, exc.detail)
                 except ValueError as exc:  # the store refusing a value (e.g. a NUL in a string)
                     return _detail(422, str(exc))
+                except StorageUnavailableError as exc:  # disk full, read-only database: retry later
+                    return _detail(503, str(exc))
 
             return guarded
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationInfo
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationInfo
 
 from agentlightning.store._finite import check_finite
 
@@ -59,8 +59,15 @@ def _document(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def _json_number(value: Any) -> Any:
+    """Refuse `true` and `"5"` where a number of seconds is due (lax validation would take them as 1 and 5)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"expected a number of seconds, got {type(value).__name__} {value!r}")
+    return value
+
+
 Document = Annotated[Any, AfterValidator(_document)]
-Seconds = Annotated[Union[int, float], Field(gt=0, le=MAX_INT64, allow_inf_nan=False)]
+Seconds = Annotated[Union[int, float], Field(gt=0, le=MAX_INT64, allow_inf_nan=False), BeforeValidator(_json_number)]
 ClientId = Annotated[str, Field(min_length=1, max_length=200, pattern="^[^\\x00]*$")]
 
 

@@ -34,6 +34,7 @@ BAD: list[tuple[str, str, Any, int, str]] = [
     ("POST", "", '[{"input": 1, "config": {"timeout_seconds": "abc"}}]', 422, "timeout_seconds"),
     ("POST", "", '[{"input": 1, "config": {"timeout_seconds": null}}]', 422, "timeout_seconds"),
     ("POST", "", '[{"input": 1, "config": {"timeout_seconds": 0}}]', 422, "timeout_seconds"),
+    ("POST", "", '[{"input": 1, "config": {"timeout_seconds": true}}]', 422, "timeout_seconds"),
     ("POST", "", '[{"input": 1, "config": {"timeout_seconds": 1e400}}]', 422, "timeout_seconds"),
     ("POST", "", '[{"input": NaN}]', 422, "input"),
     ("POST", "", '[{"input": {"x": [1, -Infinity]}}]', 422, "input"),
