@@ -63,6 +63,14 @@ def _set(column: str, value: Any, row: Optional[int] = -1) -> Callable[[Rows], R
     return change
 
 
+def _repeat_row_index(rows: Rows) -> Rows:
+    """The two rows of the two-call rollout both claim row_index 0."""
+    for row in rows:
+        if row["row_index"] == 1:
+            row["row_index"] = 0
+    return rows
+
+
 def _drop(column: str) -> Callable[[Rows], Rows]:
     return lambda rows: [{k: v for k, v in r.items() if k != column} for r in rows]
 
@@ -75,7 +83,7 @@ HOSTILE_ROWS: list[tuple[str, Callable[[Rows], Rows], str]] = [
     ("NUL in rollout_id", _set("rollout_id", "ro\x00x"), "rollout_id"),
     ("negative row_index", _set("row_index", -1), "row_index"),
     ("null row_index", _set("row_index", None), "row_index"),
-    ("repeated row_index", _set("row_index", 0, row=1), "row_index values repeat"),
+    ("repeated row_index", _repeat_row_index, "row_index values repeat"),
     ("unknown mode", _set("mode", "bogus"), "mode"),
     ("task not JSON", _set("task", "{oops"), "task is not JSON"),
     ("task NaN", _set("task", '{"x": NaN}'), "NaN"),
