@@ -126,6 +126,7 @@ def test_parquet_export_loads_with_datasets_and_trains_a_tiny_model_with_trl(tmp
         completion_only_loss=True,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, processing_class=tokenizer)
+    assert trainer.train_dataset is not None
     assert trainer.train_dataset[first]["labels"] == dataset[first]["labels"]  # TRL folds completion_mask the same way
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss > 0
