@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from pydantic import ValidationError
+
 from agentlightning.store.base import LightningStore
 from agentlightning.types import AlgorithmState, NamedResources
 
-__all__ = ["check_run_name", "state_resources_id", "load_algorithm_state", "save_algorithm_state"]
+__all__ = [
+    "check_run_name",
+    "describe_state_errors",
+    "state_resources_id",
+    "load_algorithm_state",
+    "save_algorithm_state",
+]
 
 _STATE_NAME = "state"
 
@@ -24,6 +32,18 @@ def check_run_name(run: Any) -> str:
     if not isinstance(run, str) or not run.strip():
         raise ValueError(f"run_name must be a non-empty string, got {run!r}")
     return run
+
+
+def describe_state_errors(exc: ValidationError, limit: int = 3, prefix: str = "") -> str:
+    """The first problems of a saved state that failed validation, each naming its field (`rng[1][3]: ...`)."""
+    parts: list[str] = []
+    for error in exc.errors()[:limit]:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in (prefix, *error["loc"]) if p != "")
+        where = where.lstrip(".")
+        value = error.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, (dict, list)) and len(repr(value)) <= 60 else ""
+        parts.append(f"{where or 'state'}: {error['msg']}{shown}")
+    return "; ".join(parts)
 
 
 def state_resources_id(run: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -54,7 +55,7 @@ def export_parser() -> argparse.ArgumentParser:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from agentlightning.export import rows_from_store, write_parquet
+    from agentlightning.export import exportable_rows, rows_from_store, write_parquet
 
     tokenizer = None
     if args.tokenizer:
@@ -68,9 +69,13 @@ async def _export(args: argparse.Namespace) -> int:
         )
     finally:
         await _close(store)
+    rows, refused = exportable_rows(rows)
+    for message in refused:
+        print(f"agl export: {message}", file=sys.stderr, flush=True)
     path = write_parquet(rows, args.output)
     rollouts = len({row["rollout_id"] for row in rows})
-    print(f"agl export: {len(rows)} row(s) from {rollouts} rollout(s) written to {path}", flush=True)
+    also = f" ({len(refused)} row(s) refused, see above)" if refused else ""
+    print(f"agl export: {len(rows)} row(s) from {rollouts} rollout(s) written to {path}{also}", flush=True)
     return 0
 
 
@@ -86,19 +91,25 @@ def import_parser() -> argparse.ArgumentParser:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    from agentlightning.export import import_rows, read_parquet
+    from agentlightning.export import check_rows, import_rows, read_parquet
 
     try:
         rows = read_parquet(args.input)
-    except (ValueError, FileNotFoundError) as exc:
+    except ValueError as exc:
         print(f"agl import: {exc}", flush=True)
+        return 2
+    try:
+        check_rows(rows)  # before the store is opened: a bad file writes nothing
+    except ValueError as exc:
+        print(f"agl import: {args.input}: {exc}", flush=True)
         return 2
     store = _open_store(args)
     try:
-        created = await import_rows(store, rows)
+        report = await import_rows(store, rows)
     finally:
         await _close(store)
-    print(f"agl import: {len(rows)} row(s) imported as {len(created)} rollout(s)", flush=True)
+    skipped = f"; {len(report.existing)} rollout(s) already in the store, skipped" if report.existing else ""
+    print(f"agl import: {len(rows)} row(s) imported as {len(report.created)} rollout(s){skipped}", flush=True)
     return 0
 
 

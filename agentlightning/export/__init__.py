@@ -6,14 +6,18 @@ and import such a file back into a store. The columns are described in `schema.p
 
 from __future__ import annotations
 
-from .rows import import_rows, rows_from_samples, rows_from_store
-from .schema import COLUMNS, read_parquet, to_dataset, write_parquet
+from .importing import ImportReport, check_rows, import_rows
+from .rows import rows_from_samples, rows_from_store
+from .schema import COLUMNS, exportable_rows, read_parquet, to_dataset, write_parquet
 
 __all__ = [
     "COLUMNS",
     "rows_from_samples",
     "rows_from_store",
     "import_rows",
+    "check_rows",
+    "ImportReport",
+    "exportable_rows",
     "to_dataset",
     "write_parquet",
     "read_parquet",

@@ -2,8 +2,8 @@
 
 A row is one training row as GRPO builds it (`algorithm/grpo/batch.py`): a prompt, then the completion
 tokens with a loss mask, with the row's reward, advantage and the policy version that sampled it.
-Importing writes each row as one LLM-call span (token ids, logprobs, loss mask, messages, policy version)
-and the rollout's reward after the last one, so exporting the imported store gives the same rows.
+Importing (`importing.py`) writes each row as one LLM-call span (token ids, logprobs, loss mask, messages,
+policy version) and the rollout's reward after the last one, so exporting the imported store gives the same rows.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from agentlightning.emitter import find_final_reward
 from agentlightning.store.base import LightningStore
 from agentlightning.types import Rollout, Span, Triplet
 
-__all__ = ["rows_from_samples", "rows_from_store", "import_rows"]
+from .importing import IMPORTED_FROM
 
-_IMPORTED_FROM = "imported_from"
-_LLM_SPAN = "openai.chat.completion"
+__all__ = ["rows_from_samples", "rows_from_store"]
 
 
 def _row(sample: Sample, index: int, **context: Any) -> dict[str, Any]:
@@ -102,7 +101,7 @@ async def rows_from_store(
         spans: list[Span] = list(await store.query_spans(rollout.rollout_id, "latest"))
         triplets = adapter.adapt(spans)
         final = find_final_reward(spans) if all(t.reward is None for t in triplets) else None
-        imported = _IMPORTED_FROM in (rollout.metadata or {})
+        imported = IMPORTED_FROM in (rollout.metadata or {})
         collected.append((RolloutTriplets(rollout.rollout_id, _group_of(rollout), triplets, final), imported))
         prompt, completion = _text(triplets[0]) if triplets else (None, None)
         contexts[rollout.rollout_id] = {
@@ -142,65 +141,3 @@ def _with_recorded_mask(sample: Sample, triplet: Triplet) -> Sample:
     if isinstance(mask, list) and len(mask) == len(sample.response_ids):  # type: ignore[arg-type]
         sample.loss_mask = [int(v) for v in mask]  # type: ignore[union-attr]
     return sample
-
-
-def _call_span_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        "gen_ai.system": "agentlightning.import",
-        "gen_ai.request.type": "chat",
-        "prompt_token_ids": list(row["prompt_ids"]),
-        "response_token_ids": list(row["completion_ids"]),
-        AGL_LOSS_MASK: list(row["completion_loss_mask"]),
-        AGL_TOKEN_IDS_SOURCE: row.get("token_ids_source") or "recorded",
-    }
-    if row.get("completion_logprobs") is not None:
-        attributes["logprobs.content"] = json.dumps([{"logprob": v} for v in row["completion_logprobs"]])
-    if row.get("policy_version") is not None:
-        attributes["gen_ai.response.system_fingerprint"] = f"weights-v{row['policy_version']}"
-    if row.get("prompt") is not None:
-        attributes["gen_ai.prompt"] = row["prompt"]
-    if row.get("completion") is not None:
-        attributes["gen_ai.completion"] = json.dumps([{"role": "assistant", "content": row["completion"]}])
-    return attributes
-
-
-async def import_rows(store: LightningStore, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Write exported rows into `store` as finished rollouts; returns `{exported rollout id: new rollout id}`."""
-    by_rollout: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_rollout.setdefault(str(row["rollout_id"]), []).append(row)
-    created: dict[str, str] = {}
-    for old_id, own in by_rollout.items():
-        own = sorted(own, key=lambda r: int(r["row_index"]))
-        first = own[0]
-        metadata = {_IMPORTED_FROM: old_id, "group_id": first["group_id"]}
-        if first.get("step") is not None:
-            metadata["grpo_step"] = first["step"]
-        task = json.loads(first["task"]) if first.get("task") else None
-        attempted = await store.start_rollout(input=task, mode=first.get("mode"), metadata=metadata)  # type: ignore[arg-type]
-        rollout_id, attempt_id = attempted.rollout_id, attempted.attempt.attempt_id
-        clock = attempted.start_time
-        for row in own:
-            await _add(store, rollout_id, attempt_id, _LLM_SPAN, _call_span_attributes(row), clock)
-            clock += 1e-3
-        reward = {"agentlightning.reward.0.name": "primary", "agentlightning.reward.0.value": float(first["reward"])}
-        await _add(store, rollout_id, attempt_id, "agentlightning.reward", reward, clock)
-        await store.update_attempt(rollout_id, attempt_id, status="succeeded")
-        created[old_id] = rollout_id
-    return created
-
-
-async def _add(
-    store: LightningStore, rollout_id: str, attempt_id: str, name: str, attributes: dict[str, Any], at: float
-) -> None:
-    sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
-    span = Span.from_attributes(
-        attributes=attributes,
-        rollout_id=rollout_id,
-        attempt_id=attempt_id,
-        sequence_id=sequence_id,
-        name=name,
-        start_time=at,
-        end_time=at + 5e-4,
-    )
-    await store.add_span(span)

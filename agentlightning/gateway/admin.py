@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 
 from .models import ModelEndpoint
 from .rest_v1 import add_rollout_routes
-from .state import GatewayState, is_admin
+from .state import GatewayState, is_admin, unauthorized_response
 
 __all__ = ["add_admin_routes", "PauseRequest"]
 
@@ -40,10 +40,6 @@ class PauseRequest(BaseModel):
 
 def _detail(status_code: int, detail: Any) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status_code)
-
-
-def _unauthorized() -> JSONResponse:
-    return _detail(401, "Invalid or missing API key: send the gateway's admin key as Bearer token or x-api-key")
 
 
 async def _json(request: Request, default: Any) -> Any:
@@ -63,7 +59,7 @@ def add_admin_routes(app: FastAPI, state: GatewayState) -> None:
     def guarded(handler: Any) -> Any:
         async def route(request: Request) -> Response:
             if not is_admin(state, request.headers):
-                return _unauthorized()
+                return unauthorized_response()
             try:
                 return await handler(request)
             except json.JSONDecodeError as exc:
@@ -106,4 +102,4 @@ def add_admin_routes(app: FastAPI, state: GatewayState) -> None:
     app.add_route("/api/models", guarded(register_models), methods=["POST"])
     app.add_route("/api/models", guarded(list_models), methods=["GET"])
     app.add_route("/api/models", guarded(clear_models), methods=["DELETE"])
-    add_rollout_routes(app, state, guarded)
+    add_rollout_routes(app, state)

@@ -4,8 +4,12 @@ For a v1.0 trainer or controller pointed at our gateway. What differs from v1.0,
 
 - Rollouts are store rollouts: `POST /api/rollouts` enqueues them (`is_train` -> mode train/val,
   `config.timeout_seconds` -> the rollout's timeout), so our runners (e.g. with `ProcessAgent`) run them. A
-  `rollout_id` chosen by the client is kept as an alias (in `metadata.v1.rollout_id` and in the gateway's
-  memory); every route accepts it or the store's id, and answers with the alias.
+  `rollout_id` chosen by the client is kept as an alias in the store (`metadata.v1.rollout_id`; the gateway
+  reads the aliases back from the store after a restart), so a create retried with the same id returns the
+  rollout made first, also across restarts; every route accepts the alias or the store's id, and answers
+  with the alias.
+- Routes are FastAPI routes with declared bodies and answers (`rest_v1_models.py`), listed in
+  `/openapi.json`; bad input is a 422 whose `detail` names the field (`loc`), never a 500.
 - States: ours map onto v1.0's four (`queuing`/`requeuing` -> queuing, `preparing`/`running` -> running,
   `succeeded`, `failed`/`cancelled` -> failed). PATCH enforces v1.0's transitions (409 otherwise).
 - `DELETE` cancels a rollout that is not finished and hides it from these routes; the store keeps its spans.
@@ -15,27 +19,41 @@ For a v1.0 trainer or controller pointed at our gateway. What differs from v1.0,
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Optional
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Optional
 
-from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, FastAPI, Query
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentlightning.adapter.extraction import logprobs_of, prompt_token_ids_of, response_token_ids_of
 from agentlightning.attributes.rewards import get_reward_value, is_reward_span
 from agentlightning.semconv import RAW_GEN_AI_REQUEST
+from agentlightning.store.base import StorageUnavailableError
 from agentlightning.store.transitions import ForbiddenTransitionError
 from agentlightning.types import Rollout, RolloutConfig, Span
 
 from .events import EVENT_TYPE_ATTRIBUTE
-from .state import GatewayState
+from .rest_v1_models import (
+    MAX_INT64,
+    RolloutCreate,
+    RolloutDetail,
+    RolloutPatch,
+    TerminalPage,
+    V1Event,
+    V1Rollout,
+    V1State,
+)
+from .state import GatewayState, is_admin, unauthorized_response
 
 __all__ = ["add_rollout_routes", "v1_state"]
 
-V1State = Literal["queuing", "running", "succeeded", "failed"]
+Int64 = Annotated[int, Query(ge=-MAX_INT64 - 1, le=MAX_INT64)]
 _V1_STATES: dict[str, V1State] = {
     "queuing": "queuing",
     "requeuing": "queuing",
@@ -53,29 +71,6 @@ _OURS: dict[str, list[str]] = {
 }
 _TRANSITIONS = {"queuing": {"running", "failed"}, "running": {"succeeded", "failed"}}
 _DEFAULT_TIMEOUT = 3600
-
-
-class RolloutCreate(BaseModel):
-    input: Any
-    is_train: bool = True
-    config: Optional[dict[str, Any]] = None
-    metadata: Optional[dict[str, Any]] = None
-    rollout_id: Optional[str] = Field(default=None, min_length=1)
-
-
-class StatusPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    state: Optional[V1State] = None
-    k8s_job_name: Optional[str] = None
-    last_attempt_id: Optional[str] = None
-    error_message: Optional[str] = None
-
-
-class RolloutPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    status: Optional[StatusPatch] = None
 
 
 def v1_state(status: str) -> V1State:
@@ -167,60 +162,111 @@ def _dedupe_by_prompt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for i, e in enumerate(events) if e["event_type"] != "model_request" or i in keep]
 
 
+def _detail(status_code: int, detail: Any) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status_code)
+
+
+def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """FastAPI's 422 detail without the refused `input` (it may hold what JSON cannot: NaN, a deep value)."""
+    return [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
+
+
+def _admin_route_class(state: GatewayState) -> type[APIRoute]:
+    """Routes behind the admin key whose every refusal is a 4xx JSON answer (`{"detail": ...}`)."""
+
+    class AdminRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                if not is_admin(state, request.headers):
+                    return unauthorized_response()
+                try:
+                    return await handler(request)
+                except RequestValidationError as exc:
+                    return _detail(422, _validation_detail(exc))
+                except HTTPException as exc:
+                    if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+                        return _detail(400, "the request body nests too deeply to be read as JSON")
+                    return _detail(exc.status_code, exc.detail)
+                except ValueError as exc:  # the store refusing a value (e.g. a NUL in a string)
+                    return _detail(422, str(exc))
+                except StorageUnavailableError as exc:  # disk full, read-only database: retry later
+                    return _detail(503, str(exc))
+
+            return guarded
+
+    return AdminRoute
+
+
 class _RolloutRoutes:
-    """The handlers, over the gateway's store; client-chosen ids are aliases of store ids (kept in memory)."""
+    """The handlers, over the gateway's store; client-chosen ids are aliases of store ids.
+
+    The aliases live in the store (`metadata.v1.rollout_id`); the gateway indexes them in memory, reading
+    them back from the store on first use, so a restarted gateway still knows every rollout it created.
+    """
 
     def __init__(self, state: GatewayState) -> None:
         self.store = state.directory.store
-        self.aliases: dict[str, str] = {}
+        self._aliases: Optional[dict[str, str]] = None
+        self._creating = asyncio.Lock()  # a create checks then enqueues: one at a time, so no id is made twice
+
+    async def aliases(self) -> dict[str, str]:
+        if self._aliases is None:
+            page = await self.store.query_rollouts(sort_by="start_time", sort_order="asc")
+            aliases: dict[str, str] = {}
+            for rollout in page.items:
+                meta = _v1_meta(rollout)
+                alias = meta.get("rollout_id")
+                if isinstance(alias, str) and alias and not meta.get("deleted"):
+                    aliases[alias] = rollout.rollout_id
+            self._aliases = aliases
+        return self._aliases
 
     async def find(self, rollout_id: str) -> Optional[Rollout]:
-        rollout = await self.store.get_rollout_by_id(self.aliases.get(rollout_id, rollout_id))
+        aliases = await self.aliases()
+        rollout = await self.store.get_rollout_by_id(aliases.get(rollout_id, rollout_id))
         if rollout is None or _v1_meta(rollout).get("deleted"):
             return None
         return rollout
 
     @staticmethod
     def not_found(rollout_id: str) -> JSONResponse:
-        return JSONResponse({"detail": f"Rollout not found: {rollout_id}"}, status_code=404)
+        return _detail(404, f"Rollout not found: {rollout_id}")
 
-    async def create(self, request: Request) -> Response:
-        body = await request.json()
-        if not isinstance(body, list):
-            return JSONResponse({"detail": "the body must be a JSON array of rollouts"}, status_code=422)
+    async def create(self, rollouts: list[RolloutCreate]) -> Response:
         created: list[dict[str, Any]] = []
-        for raw in body:  # type: ignore[reportUnknownVariableType]
-            item = RolloutCreate.model_validate(raw)
-            existing = await self.find(item.rollout_id) if item.rollout_id else None
-            if existing is None:
-                config = {"timeout_seconds": _DEFAULT_TIMEOUT, "local": None, "k8s": None, **(item.config or {})}
-                meta = {"rollout_id": item.rollout_id, "config": config, "metadata": item.metadata or {}, "version": 1}
-                existing = await self.store.enqueue_rollout(
-                    input=item.input,
-                    mode="train" if item.is_train else "val",
-                    config=RolloutConfig(timeout_seconds=float(config["timeout_seconds"])),
-                    metadata={"v1": meta},
-                )
-                if item.rollout_id:
-                    self.aliases[item.rollout_id] = existing.rollout_id
-            created.append(_as_v1(existing))
+        async with self._creating:
+            for item in rollouts:
+                existing = await self.find(item.rollout_id) if item.rollout_id else None
+                if existing is None:
+                    existing = await self._enqueue(item)
+                created.append(_as_v1(existing))
         return JSONResponse(created, status_code=201)
 
-    async def list(self, request: Request) -> Response:
-        states = request.query_params.getlist("state_in")
-        bad = [s for s in states if s not in _OURS]
-        if not states or bad:
-            detail = f"state_in is required, one or more of {sorted(_OURS)} (got {states})"
-            return JSONResponse({"detail": detail}, status_code=422)
-        limit = int(request.query_params.get("limit", 500))
-        ours = [status for s in states for status in _OURS[s]]
+    async def _enqueue(self, item: RolloutCreate) -> Rollout:
+        config: dict[str, Any] = {"timeout_seconds": _DEFAULT_TIMEOUT, "local": None, "k8s": None}
+        if item.config is not None:
+            config.update(item.config.model_dump())
+        meta = {"rollout_id": item.rollout_id, "config": config, "metadata": item.metadata or {}, "version": 1}
+        rollout = await self.store.enqueue_rollout(
+            input=item.input,
+            mode="train" if item.is_train else "val",
+            config=RolloutConfig(timeout_seconds=float(config["timeout_seconds"])),
+            metadata={"v1": meta},
+        )
+        if item.rollout_id:
+            (await self.aliases())[item.rollout_id] = rollout.rollout_id
+        return rollout
+
+    async def list(self, state_in: list[V1State], limit: int) -> Response:
+        ours = [status for s in state_in for status in _OURS[s]]
         page = await self.store.query_rollouts(status_in=ours, sort_by="start_time", sort_order="asc")  # type: ignore[arg-type]
         found = [_as_v1(r) for r in page.items if not _v1_meta(r).get("deleted")]
         return JSONResponse(found[: max(limit, 0)])
 
-    async def terminal(self, request: Request) -> Response:
-        after = max(0, int(request.query_params.get("after", 0)))
-        limit = max(1, int(request.query_params.get("limit", 1000)))
+    async def terminal(self, after: int, limit: int) -> Response:
+        after, limit = max(0, after), max(1, limit)
         statuses = ["succeeded", "failed", "cancelled"]
         page = await self.store.query_rollouts(status_in=statuses, sort_by="end_time", sort_order="asc")  # type: ignore[arg-type]
         log = list(page.items)
@@ -237,29 +283,25 @@ class _RolloutRoutes:
         ]
         return JSONResponse({"items": items, "next_after": after + len(consumed), "total_terminal": len(log)})
 
-    async def get(self, request: Request) -> Response:
-        rollout_id = request.path_params["rollout_id"]
+    async def get(self, rollout_id: str) -> Response:
         rollout = await self.find(rollout_id)
         if rollout is None:
             return self.not_found(rollout_id)
         attempts = await self.store.query_attempts(rollout.rollout_id)
         return JSONResponse({"rollout": _as_v1(rollout), "attempts": [a.attempt_id for a in attempts]})
 
-    async def patch(self, request: Request) -> Response:
-        rollout_id = request.path_params["rollout_id"]
+    async def patch(self, rollout_id: str, body: RolloutPatch) -> Response:
         rollout = await self.find(rollout_id)
         if rollout is None:
             return self.not_found(rollout_id)
-        changes = RolloutPatch.model_validate(await request.json()).status
-        sent = changes.model_dump(exclude_unset=True) if changes is not None else {}
+        sent = body.status.model_dump(exclude_unset=True) if body.status is not None else {}
         if not sent:
             return JSONResponse(_as_v1(rollout))
         meta = _v1_meta(rollout)
         current = v1_state(rollout.status)
         new_state = sent.pop("state", None)
         if new_state is not None and new_state not in _TRANSITIONS.get(current, set()):
-            detail = f"Rollout {rollout_id}: cannot transition {current} -> {new_state}"
-            return JSONResponse({"detail": detail}, status_code=409)
+            return _detail(409, f"Rollout {rollout_id}: cannot transition {current} -> {new_state}")
         meta.update(sent, version=int(meta.get("version") or 1) + 1, updated_at=time.time())
         metadata = {**(rollout.metadata or {}), "v1": meta}
         if new_state is None:
@@ -269,11 +311,10 @@ class _RolloutRoutes:
         try:
             rollout = await self.store.update_rollout(rollout.rollout_id, status=ours, metadata=metadata)
         except ForbiddenTransitionError as exc:
-            return JSONResponse({"detail": f"Rollout {rollout_id}: {exc}"}, status_code=409)
+            return _detail(409, f"Rollout {rollout_id}: {exc}")
         return JSONResponse(_as_v1(rollout))
 
-    async def delete(self, request: Request) -> Response:
-        rollout_id = request.path_params["rollout_id"]
+    async def delete(self, rollout_id: str) -> Response:
         rollout = await self.find(rollout_id)
         if rollout is not None:
             metadata = {**(rollout.metadata or {}), "v1": {**_v1_meta(rollout), "deleted": True}}
@@ -281,30 +322,58 @@ class _RolloutRoutes:
                 await self.store.update_rollout(rollout.rollout_id, status="cancelled", metadata=metadata)
             else:
                 await self.store.update_rollout(rollout.rollout_id, metadata=metadata)
-            self.aliases.pop(rollout_id, None)
+            (await self.aliases()).pop(rollout_id, None)
         return Response(status_code=204)
 
-    async def events(self, request: Request) -> Response:
-        rollout_id = request.path_params["rollout_id"]
+    async def events(self, rollout_id: str, event_type: Optional[str], format: Optional[str]) -> Response:
         rollout = await self.find(rollout_id)
         if rollout is None:
             return self.not_found(rollout_id)
-        triplet = request.query_params.get("format") == "triplet"
-        wanted = request.query_params.get("event_type")
+        triplet = format == "triplet"
         spans = await self.store.query_spans(rollout.rollout_id, "latest")
         found = [event for span in spans if (event := _span_event(span, triplet)) is not None]
-        if wanted is not None:
-            found = [event for event in found if event["event_type"] == wanted]
+        if event_type is not None:
+            found = [event for event in found if event["event_type"] == event_type]
         return JSONResponse(_dedupe_by_prompt(found) if triplet else found)
 
 
-def add_rollout_routes(app: FastAPI, state: GatewayState, guarded: Callable[[Any], Any]) -> None:
-    """Register `/api/rollouts...` (each handler behind the admin key via `guarded`)."""
+def add_rollout_routes(app: FastAPI, state: GatewayState) -> None:
+    """Register `/api/rollouts...`, each behind the admin key, with their bodies and answers declared."""
     routes = _RolloutRoutes(state)
-    app.add_route("/api/rollouts", guarded(routes.create), methods=["POST"])
-    app.add_route("/api/rollouts", guarded(routes.list), methods=["GET"])
-    app.add_route("/api/rollouts/terminal", guarded(routes.terminal), methods=["GET"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.get), methods=["GET"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.patch), methods=["PATCH"])
-    app.add_route("/api/rollouts/{rollout_id}", guarded(routes.delete), methods=["DELETE"])
-    app.add_route("/api/rollouts/{rollout_id}/events", guarded(routes.events), methods=["GET"])
+    api = APIRouter(prefix="/api/rollouts", route_class=_admin_route_class(state), tags=["rollouts (v1.0)"])
+    ok: dict[int | str, dict[str, Any]] = {401: {"description": "missing or wrong admin key"},
+                                           422: {"description": "invalid request; `detail` names the field"}}  # fmt: skip
+    found = {**ok, 404: {"description": "no such rollout"}}
+
+    @api.post("", status_code=201, response_model=list[V1Rollout], responses=ok)
+    async def create_rollouts(rollouts: list[RolloutCreate]) -> Response:
+        """Create rollouts; a `rollout_id` already created returns that rollout unchanged."""
+        return await routes.create(rollouts)
+
+    @api.get("", response_model=list[V1Rollout], responses=ok)
+    async def list_rollouts(state_in: Annotated[list[V1State], Query()], limit: Int64 = 500) -> Response:
+        return await routes.list(state_in, limit)
+
+    @api.get("/terminal", response_model=TerminalPage, responses=ok)
+    async def terminal_rollouts(after: Int64 = 0, limit: Int64 = 1000) -> Response:
+        return await routes.terminal(after, limit)
+
+    @api.get("/{rollout_id}", response_model=RolloutDetail, responses=found)
+    async def get_rollout(rollout_id: str) -> Response:
+        return await routes.get(rollout_id)
+
+    @api.patch("/{rollout_id}", response_model=V1Rollout, responses={**found, 409: {"description": "illegal move"}})
+    async def patch_rollout(rollout_id: str, body: RolloutPatch) -> Response:
+        return await routes.patch(rollout_id, body)
+
+    @api.delete("/{rollout_id}", status_code=204, response_class=Response, responses=ok)
+    async def delete_rollout(rollout_id: str) -> Response:
+        return await routes.delete(rollout_id)
+
+    @api.get("/{rollout_id}/events", response_model=list[V1Event], responses=found)
+    async def rollout_events(
+        rollout_id: str, event_type: Optional[str] = None, format: Optional[str] = None
+    ) -> Response:
+        return await routes.events(rollout_id, event_type, format)
+
+    app.include_router(api)

@@ -16,7 +16,7 @@ from .config import GatewayConfig
 from .keys import bearer_token
 from .models import ModelRegistry
 
-__all__ = ["GatewayState", "is_admin", "paused_response"]
+__all__ = ["GatewayState", "is_admin", "paused_response", "unauthorized_response"]
 
 
 class GatewayState:
@@ -56,3 +56,11 @@ def is_admin(state: GatewayState, headers: Mapping[str, str]) -> bool:
     """Whether a request carries the admin key (`Authorization: Bearer` or v1.0's `x-api-key`)."""
     token = bearer_token(headers) or headers.get("x-api-key")
     return bool(token) and hmac.compare_digest(str(token), state.admin_key)
+
+
+def unauthorized_response() -> JSONResponse:
+    """The 401 of the operator routes."""
+    return JSONResponse(
+        {"detail": "Invalid or missing API key: send the gateway's admin key as Bearer token or x-api-key"},
+        status_code=401,
+    )

@@ -6,6 +6,8 @@ import json
 import logging
 import netrc
 import os
+import posixpath
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,11 +15,37 @@ from typing import Any, Callable
 
 from .base import Tracker, TrackingConfig, flatten_config, safe_name, scalar_metrics
 
-__all__ = ["WandbTracker", "MlflowTracker", "TensorBoardTracker"]
+__all__ = ["WandbTracker", "MlflowTracker", "TensorBoardTracker", "mlflow_key", "tensorboard_run_dir"]
 
 logger = logging.getLogger(__name__)
 
 _PARAM_VALUE_LIMIT = 6000  # MLflow rejects longer parameter values
+_MLFLOW_KEY_LIMIT = 250  # MLflow rejects longer metric and parameter names
+
+
+def mlflow_key(name: str) -> str:
+    """A metric or parameter name MLflow accepts for `name`.
+
+    MLflow refuses names that would resolve to another path (`../x`, `a//b`, `./a`, `/a`) and longer than
+    250 characters; one refused name fails the whole batch it is in. Such segments become underscores.
+    """
+    segments = [segment for segment in safe_name(name).split("/") if segment]
+    segments = ["_" * len(segment) if set(segment) == {"."} else segment for segment in segments]
+    key = "/".join(segments)[:_MLFLOW_KEY_LIMIT].rstrip("/") or "_"
+    if posixpath.normpath(key) != key or key.startswith(".."):
+        key = "_" + key.replace("/", "_")[: _MLFLOW_KEY_LIMIT - 1]
+    return key
+
+
+def tensorboard_run_dir(root: Path, run_name: str) -> Path:
+    """The directory of run `run_name` under `root`: the name is one path component, never a way out of `root`."""
+    component = re.sub(r"[/\\\x00]", "_", run_name).strip()
+    if component in ("", ".", ".."):
+        component = component.replace(".", "_") or "_"
+    directory = root / component
+    if not directory.resolve().is_relative_to(root.resolve()):  # e.g. a symlink planted under root
+        raise ValueError(f"TensorBoard run name {run_name!r} leads outside {root}; pick another run_name")
+    return directory
 
 
 def _require(module: str, extra: str) -> Any:
@@ -110,23 +138,39 @@ class MlflowTracker(Tracker):
     def log_config(self, config: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        params = [
-            Param(
-                safe_name(key),
-                (value if isinstance(value, str) else json.dumps(value, default=str))[:_PARAM_VALUE_LIMIT],
-            )
-            for key, value in flatten_config(config).items()
-        ]
-        for start in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=params[start : start + 100])
+        params: dict[str, Any] = {}
+        for key, value in flatten_config(config).items():  # two names may become one key: the first is kept
+            text = (value if isinstance(value, str) else json.dumps(value, default=str))[:_PARAM_VALUE_LIMIT]
+            params.setdefault(mlflow_key(key), Param(mlflow_key(key), text))
+        batch = list(params.values())
+        for start in range(0, len(batch), 100):  # MLflow takes at most 100 params per batch
+            self._log_batch("params", batch[start : start + 100])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(safe_name(k), v, now, step) for k, v in scalar_metrics(metrics).items()]
+        named: dict[str, Any] = {}
+        for key, value in scalar_metrics(metrics).items():
+            named.setdefault(mlflow_key(key), Metric(mlflow_key(key), value, now, step))
+        batch = list(named.values())
         for start in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
+            self._log_batch("metrics", batch[start : start + 1000])
+
+    def _log_batch(self, kind: str, batch: list[Any]) -> None:
+        """Log `batch`; should MLflow refuse it for one entry, log the others one by one and skip that one."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.log_batch(self.run_id, **{kind: batch})
+        except MlflowException as exc:
+            if exc.error_code != "INVALID_PARAMETER_VALUE":  # not about what was logged (the store is down): raise
+                raise
+            if len(batch) == 1:
+                logger.warning("MLflow refused %s %r; it is skipped: %s", kind[:-1], batch[0].key, exc.message)
+                return
+            for entry in batch:
+                self._log_batch(kind, [entry])
 
     def finish(self) -> None:
         if not self._finished:
@@ -145,7 +189,7 @@ class TensorBoardTracker(Tracker):
 
         run_name = settings.run_name or time.strftime("%Y%m%d-%H%M%S")
         root = Path(settings.dir) / "tensorboard" if settings.dir is not None else Path("runs")
-        self.log_dir = root / run_name
+        self.log_dir = tensorboard_run_dir(root, run_name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._writer: Any = EventFileWriter(str(self.log_dir))
         self._finished = False

@@ -126,6 +126,7 @@ def test_parquet_export_loads_with_datasets_and_trains_a_tiny_model_with_trl(tmp
         completion_only_loss=True,
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, processing_class=tokenizer)
+    assert trainer.train_dataset is not None
     assert trainer.train_dataset[first]["labels"] == dataset[first]["labels"]  # TRL folds completion_mask the same way
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss > 0
@@ -136,8 +137,8 @@ def test_import_then_export_gives_the_same_rows(tmp_path: Path) -> None:
     target = SqliteLightningStore(tmp_path / "imported.db")
 
     async def round_trip() -> list[dict[str, Any]]:
-        created = await import_rows(target, source)
-        assert sorted(created) == sorted({row["rollout_id"] for row in source})
+        report = await import_rows(target, source)
+        assert sorted(report.created) == sorted({row["rollout_id"] for row in source})
         try:
             return await rows_from_store(target)
         finally:

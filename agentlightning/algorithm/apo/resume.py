@@ -10,12 +10,16 @@ completed round.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional, cast
+from typing import Annotated, Any, Literal, Optional, cast
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from agentlightning.adapter.messages import TraceToMessages
+from agentlightning.algorithm.state import describe_state_errors
 from agentlightning.store.base import LightningStore
 from agentlightning.types import NamedResources, PromptTemplate
 
@@ -111,27 +115,79 @@ def search_state(
     }
 
 
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Word = Annotated[int, Field(ge=0, le=2**32 - 1)]  # one word of the Mersenne Twister's state
+
+
+def _as_tuple(value: Any) -> Any:
+    """JSON keeps the generator's state tuple as a list."""
+    return tuple(value) if isinstance(value, list) else value  # pyright: ignore[reportUnknownArgumentType]
+
+
+class _SavedFields(BaseModel):
+    """What `search_state` writes, strictly typed (a saved state is read back from a store anyone may write)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    state_version: Literal[1]
+    report: dict[str, Any]
+    beam: Annotated[list[str], Field(min_length=1)]
+    full_val_scores: dict[str, Finite]
+    next_version: Annotated[int, Field(ge=1)]
+    rng: Annotated[
+        tuple[Literal[3], Annotated[list[Word], Field(min_length=625, max_length=625)], Optional[Finite]],
+        BeforeValidator(_as_tuple),
+    ]
+    best_version: str
+    best_score: Optional[Finite]
+    completed_rounds: Annotated[int, Field(ge=0)]
+
+
+def _malformed(detail: str) -> ValueError:
+    return ValueError(f"the saved APO state is invalid: {detail}; pass resume=False to start over")
+
+
 def parse_search_state(state: dict[str, Any]) -> SavedSearch:
-    """Read back what `search_state` wrote; ValueError naming the problem when it cannot."""
-    if state.get("state_version") != STATE_VERSION:
+    """Read back what `search_state` wrote; ValueError naming the field when it cannot be resumed as it is."""
+    if not isinstance(state, dict) or state.get("state_version") != STATE_VERSION:  # pyright: ignore[reportUnnecessaryIsInstance]
+        found = state.get("state_version") if isinstance(state, dict) else type(state).__name__  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(
-            f"the saved APO state has version {state.get('state_version')!r}, this APO reads {STATE_VERSION}; "
-            "pass resume=False to start over"
+            f"the saved APO state has version {found!r}, this APO reads {STATE_VERSION}; pass resume=False to start over"
         )
     try:
-        version, internal, gauss = state["rng"]
-        return SavedSearch(
-            report=APOReport.model_validate(state["report"]),
-            beam=[str(v) for v in state["beam"]],
-            full_val_scores={str(k): float(v) for k, v in state["full_val_scores"].items()},
-            next_version=int(state["next_version"]),
-            rng_state=(int(version), tuple(int(x) for x in internal), gauss),
-            best_version=str(state["best_version"]),
-            best_score=None if state["best_score"] is None else float(state["best_score"]),
-            completed_rounds=int(state["completed_rounds"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"the saved APO state is malformed ({exc!r}); pass resume=False to start over") from exc
+        fields = _SavedFields.model_validate(state)
+        report = APOReport.model_validate(fields.report)
+    except ValidationError as exc:
+        raise _malformed(describe_state_errors(exc)) from None
+    except RecursionError:
+        raise _malformed("it nests too deeply") from None
+    versions = [c.version for c in report.candidates]
+    known = set(versions)
+    numbered = [int(m.group(1)) for v in versions if (m := re.fullmatch(r"v(\d+)", v))]
+    checks = [
+        (len(known) == len(versions), "report.candidates: a version appears twice"),
+        (set(fields.beam) <= known, f"beam: {sorted(set(fields.beam) - known)} are not candidates of the report"),
+        (len(set(fields.beam)) == len(fields.beam), "beam: a version appears twice"),
+        (fields.best_version in known, f"best_version: {fields.best_version!r} is not a candidate of the report"),
+        (report.seed_version in known, f"report.seed_version: {report.seed_version!r} is not a candidate"),
+        (set(fields.full_val_scores) <= known, "full_val_scores: scores of versions that are not candidates"),
+        (fields.next_version > max(numbered, default=-1), f"next_version: {fields.next_version} is already taken"),
+        (fields.rng[1][-1] <= 624, f"rng[1][624]: position {fields.rng[1][-1]} is past the generator's 624 words"),
+    ]
+    for ok, problem in checks:
+        if not ok:
+            raise _malformed(problem)
+    version, internal, gauss = fields.rng
+    return SavedSearch(
+        report=report,
+        beam=fields.beam,
+        full_val_scores=fields.full_val_scores,
+        next_version=fields.next_version,
+        rng_state=(version, tuple(internal), gauss),
+        best_version=fields.best_version,
+        best_score=fields.best_score,
+        completed_rounds=fields.completed_rounds,
+    )
 
 
 def restore_search(

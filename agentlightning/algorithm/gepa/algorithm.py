@@ -28,7 +28,7 @@ from ..base import Algorithm
 from ..state import check_run_name, load_algorithm_state
 from .adapter import Example, StoreAdapter, find_reusable_rollouts
 from .bridge import LoopBridge, run_in_daemon_thread
-from .persistence import search_rng_from_json, search_rng_to_json, state_from_json
+from .persistence import check_saved_search, search_rng_from_json, search_rng_to_json, state_from_json
 from .reflection import Budget, ReflectionModel, ReflectionUsage
 from .search import SearchRecorder, placeholder_reflection_prompt
 
@@ -208,6 +208,9 @@ class GEPA(Algorithm):
         store = self.get_store()
         bridge = LoopBridge(asyncio.get_running_loop())
         saved = await load_algorithm_state(store, algorithm="gepa", run=self.run_name) if self.resume else None
+        if saved is not None:
+            check_saved_search(saved)
+            state_from_json(saved["gepa"])  # checked now, before any rollout is looked up
         reflection = ReflectionModel(
             self.async_openai_client,
             self.reflection_model,
