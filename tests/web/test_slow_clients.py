@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
 
 CLIENT_WAIT = 20.0  # how long a test waits for the server to act: far longer than the limits below
 seen_disconnects: list[str] = []
