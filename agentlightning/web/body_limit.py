@@ -97,13 +97,21 @@ class BodySizeLimitMiddleware:
             return message
 
         started = False
+        replaced = False
 
         async def tracking_send(message: Any) -> None:
-            nonlocal started
+            nonlocal started, replaced
+            if replaced:
+                return
             if message["type"] == "http.response.start":
                 started = True
-                if overflowed and not body_done:  # the app answered the overflow itself: let the client finish
-                    await _drain(receive)
+                if overflowed:  # the app answered the overflow itself: let the client finish, then say 413
+                    if not body_done:
+                        await _drain(receive)
+                    if message["status"] != 413:  # e.g. FastAPI's 400 "error parsing the body"
+                        replaced = True
+                        await self._refuse(send, f"more than {self.max_body_size} bytes")
+                        return
             await send(message)
 
         try:

@@ -24,6 +24,8 @@ import uvicorn
 
 from .slow_clients import (
     DEFAULT_BODY_DEADLINE,
+    DEFAULT_BODY_GRACE,
+    DEFAULT_BODY_MIN_RATE,
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
     guarded_config,
@@ -62,10 +64,13 @@ class PythonServerLauncherArgs:
     graceful_shutdown_timeout: float = 5.0
     keep_alive_timeout: int = 75
     # Slow clients (see `web.slow_clients`): a request's headers must arrive within `header_timeout` s of
-    # its first byte; its body may pause `body_timeout` s at most and must be in `body_deadline` s after them.
+    # its first byte; its body may pause `body_timeout` s at most, must average `body_min_rate` bytes/s
+    # after `body_grace` s, and must be in `body_deadline` s after the headers.
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     body_deadline: float = DEFAULT_BODY_DEADLINE
+    body_grace: float = DEFAULT_BODY_GRACE
+    body_min_rate: float = DEFAULT_BODY_MIN_RATE
 
     def __post_init__(self) -> None:
         if self.launch_mode not in _LAUNCH_MODES:

@@ -104,13 +104,12 @@ class SlowClientGuardProtocol(_UvicornProtocol):  # type: ignore[misc, valid-typ
         if transport is None or transport.is_closing():
             return
         logger.info("closing the connection of %s: its request %s did not arrive in time", self.client, what)
-        self._cut(transport)
+        self._cut(transport, answer=True)
 
-    def _cut(self, transport: asyncio.BaseTransport) -> None:
-        """Close with a 408 unless an answer has begun (an idle keep-alive connection just closes)."""
+    def _cut(self, transport: asyncio.BaseTransport, answer: bool) -> None:
+        """Close, with a 408 when a request was arriving and no answer has begun."""
         cycle = self.cycle
-        receiving = not self._awaiting_request or self._guard is not None
-        if receiving and not (cycle is not None and getattr(cycle, "response_started", False)):
+        if answer and not (cycle is not None and getattr(cycle, "response_started", False)):
             transport.write(_REQUEST_TIMEOUT)  # type: ignore[attr-defined]
         transport.close()
 
@@ -120,20 +119,32 @@ class SlowClientGuardProtocol(_UvicornProtocol):  # type: ignore[misc, valid-typ
         return self._awaiting_request or (cycle is not None and getattr(cycle, "more_body", False))
 
     def _make_room(self) -> None:
+        """Past the budget, close the longest-waiting connections down to half of it.
+
+        Freeing many at once matters: asyncio accepts a burst of connections before any of them runs this,
+        and once `accept` fails (EMFILE) no new connection would come to free descriptors.
+        """
         connections = type(self).open_connections
-        if len(connections) <= connection_budget():
+        budget = connection_budget()
+        if len(connections) <= budget:
             return
-        waiting = [c for c in connections if c is not self and c._waiting()]
-        if not waiting:
+        live = [c for c in connections if not _closing(c)]
+        if len(live) <= budget // 2:
             return
-        victim = min(waiting, key=lambda c: c._waiting_since)
-        transport = victim.transport
-        if transport is not None and not transport.is_closing():
-            logger.info(
-                "closing the connection of %s: %d connections near the fd limit", victim.client, len(connections)
-            )
-            victim._disarm()
-            victim._cut(transport)
+        waiting = sorted(
+            (c for c in connections if c is not self and c._waiting() and not _closing(c)),
+            key=lambda c: c._waiting_since,
+        )
+        excess = len(connections) - budget // 2
+        logger.warning(
+            "%d connections near the descriptor limit: closing the %d waiting longest", len(connections), excess
+        )
+        for victim in waiting[:excess]:
+            transport = victim.transport
+            if transport is not None and not transport.is_closing():
+                answer = victim._guard is not None  # a request was arriving (an idle keep-alive one was not)
+                victim._disarm()
+                victim._cut(transport, answer)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -201,3 +212,8 @@ def guarded_config(
     config.body_grace = body_grace  # type: ignore[attr-defined]
     config.body_min_rate = body_min_rate  # type: ignore[attr-defined]
     return config
+
+
+def _closing(connection: SlowClientGuardProtocol) -> bool:
+    transport = connection.transport
+    return transport is None or transport.is_closing()
