@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,13 +44,26 @@ if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from starlette.responses import Response
 
-    from .shell import OpenAIServer
+    from ..web.pause import PauseGate
 
-__all__ = ["add_api_routes", "RESPONSES_API", "MESSAGES_API", "ChatDialect", "ResponsesRequest"]
+__all__ = ["add_api_routes", "ChatBackend", "RESPONSES_API", "MESSAGES_API", "ChatDialect", "ResponsesRequest"]
 
 logger = logging.getLogger(__name__)
 
 RESPONSES_LOGPROBS = "message.output_text.logprobs"
+
+
+class ChatBackend(Protocol):
+    """What answering these APIs needs of a server (`shell.OpenAIServer` is one)."""
+
+    @property
+    def gate(self) -> PauseGate: ...
+
+    async def admit(self) -> bool: ...
+
+    def paused_message(self) -> str: ...
+
+    async def complete(self, body: ChatCompletionRequest, request: Request) -> Dict[str, Any]: ...
 
 
 class _Open(BaseModel):
@@ -161,7 +174,7 @@ def _chat_request(dialect: ChatDialect, body: Dict[str, Any]) -> ChatCompletionR
         raise ValueError(f"invalid request: {describe_validation_errors(exc.errors())}") from None
 
 
-async def _answer(server: OpenAIServer, dialect: ChatDialect, request: Request) -> Response:
+async def _answer(server: ChatBackend, dialect: ChatDialect, request: Request) -> Response:
     from starlette.responses import JSONResponse, StreamingResponse
 
     def failure(status_code: int, message: str, error_type: str = "invalid_request_error") -> JSONResponse:
@@ -196,7 +209,7 @@ async def _answer(server: OpenAIServer, dialect: ChatDialect, request: Request) 
     return JSONResponse(content=dialect.from_chat(completion, body))
 
 
-def add_api_routes(app: FastAPI, server: OpenAIServer, dialects: Optional[list[ChatDialect]] = None) -> None:
+def add_api_routes(app: FastAPI, server: ChatBackend, dialects: Optional[list[ChatDialect]] = None) -> None:
     """Serve `POST /v1/responses` and `POST /v1/messages` on the app of `server` (echo or policy)."""
 
     def route(dialect: ChatDialect) -> Callable[[Request], Any]:

@@ -94,7 +94,12 @@ def test_random_responses_bodies_never_get_a_5xx_from_the_echo_server(echo: Echo
     statuses: list[int] = []
     with httpx.Client(base_url=echo.endpoint, timeout=30) as client:
 
-        @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=150,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        )
         @given(body=responses_bodies() | st.dictionaries(st.text(max_size=8), JSON, max_size=4))
         def check(body: dict[str, Any]) -> None:
             answer = client.post("/responses", json=body)
@@ -113,7 +118,12 @@ def test_random_bodies_never_get_a_5xx_from_a_policy_server(model_and_tokenizer:
                 answer = client.post("/responses", json=body)
                 assert answer.status_code == 400 and field in answer.json()["error"]["message"]
 
-            @settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=10,
+                deadline=None,
+                database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+            )
             @given(body=responses_bodies())
             def check(body: dict[str, Any]) -> None:
                 body["max_output_tokens"] = 2
