@@ -249,6 +249,11 @@ class LLMProxy:
             args = dataclasses.replace(args, healthcheck_url=HEALTH_PATH)
         return args
 
+    def _own_hosts(self) -> tuple[str, ...]:
+        """`allowed_hosts` plus the names this proxy binds and is reached by (they are its own names)."""
+        args = self._server_args()
+        return tuple(name for name in (*self.allowed_hosts, args.host, args.access_host) if name)
+
     def _check_store(self) -> None:
         store = self._store
         if store is None:
@@ -302,7 +307,7 @@ class LLMProxy:
         if not self.model_list:
             logger.warning("the LLM proxy starts with an empty model list; every call will fail until updated")
         launcher = PythonServerLauncher(
-            build_proxy_app(runtime, self.max_body_size, self.allowed_hosts, self.allowed_origins), self._server_args()
+            build_proxy_app(runtime, self.max_body_size, self._own_hosts(), self.allowed_origins), self._server_args()
         )
         await launcher.start()
         self._launcher = launcher

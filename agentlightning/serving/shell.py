@@ -217,7 +217,7 @@ def build_openai_app(server: OpenAIServer) -> FastAPI:
     harden(
         app,
         max_body_size=server.max_body_size,
-        allowed_hosts=server.allowed_hosts,
+        allowed_hosts=(*server.allowed_hosts, server.host),  # the name it binds is one of its names
         allowed_origins=server.allowed_origins,
         size_hint="raise it with `agl serve --max-body-size`",
         host_hint="`agl serve --allowed-host NAME` (allowed_hosts=[...])",

@@ -135,10 +135,8 @@ class SlowClientGuardProtocol(_UvicornProtocol):  # type: ignore[misc, valid-typ
             (c for c in connections if c is not self and c._waiting() and not _closing(c)),
             key=lambda c: c._waiting_since,
         )
-        excess = len(connections) - budget // 2
-        logger.warning(
-            "%d connections near the descriptor limit: closing the %d waiting longest", len(connections), excess
-        )
+        excess = len(live) - budget // 2
+        logger.warning("%d connections near the descriptor limit: closing the %d waiting longest", len(live), excess)
         for victim in waiting[:excess]:
             transport = victim.transport
             if transport is not None and not transport.is_closing():
