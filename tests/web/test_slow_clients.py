@@ -133,7 +133,7 @@ def test_prompt_requests_keep_alive_and_slow_handlers_are_never_cut(port: int) -
 @pytest.fixture
 async def rate_port() -> AsyncIterator[int]:
     """A server whose only short limit is the body rate: pauses of 30 s and bodies of 300 s are allowed."""
-    args = PythonServerLauncherArgs(launch_mode="thread", healthcheck_url="/health", body_grace=0.5)
+    args = PythonServerLauncherArgs(launch_mode="thread", healthcheck_url="/health", body_grace=2.0)
     launcher = PythonServerLauncher(APP, args)
     await launcher.start()
     assert launcher.port is not None
@@ -154,7 +154,7 @@ def test_a_body_trickled_a_byte_at_a_time_is_answered_408_long_before_the_body_d
     """Before: a byte every 2 s held the connection for the whole 300 s `body_deadline`, and the cut said nothing."""
     sock = _connect(rate_port)
     sock.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
-    _trickle(sock, 40, 0.1)  # 4 bytes/s: never a pause of body_timeout, far below body_min_rate
+    _trickle(sock, 60, 0.1)  # 10 bytes/s: never a pause of body_timeout, far below body_min_rate
     assert _read_until_closed(sock).startswith(b"HTTP/1.1 408")
     sock.close()
 
