@@ -117,7 +117,7 @@ async def _echo_requests(port: int, requests: int) -> float:
 
 def echo_ceiling(requests: int) -> dict[str, Any]:
     """Sequential JSON POSTs per second to a bare FastAPI+uvicorn echo in its own process."""
-    from agentlightning.utils.server_launcher import pick_free_port
+    from agentlightning.web.launcher import pick_free_port
 
     port = pick_free_port()
     server = multiprocessing.get_context("spawn").Process(target=_serve_echo, args=(port,), daemon=True)

@@ -198,7 +198,7 @@ async def _http_flows(port: int, n: int, warmup: int) -> FlowResult:
 
 
 def bench_http(n: int, warmup: int) -> FlowResult:
-    from agentlightning.utils.server_launcher import pick_free_port
+    from agentlightning.web.launcher import pick_free_port
 
     port = pick_free_port()
     server = multiprocessing.get_context("spawn").Process(target=_serve_memory, args=(port,), daemon=True)

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 from agentlightning.gateway import Gateway, GatewayConfig, attempt_key, rollout_urls  # noqa: E402
 from agentlightning.store.memory import InMemoryLightningStore  # noqa: E402
 from agentlightning.store.sqlite import SqliteLightningStore  # noqa: E402
-from agentlightning.utils.server_launcher import pick_free_port  # noqa: E402
+from agentlightning.web.launcher import pick_free_port  # noqa: E402
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant that answers briefly."},

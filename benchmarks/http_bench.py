@@ -43,7 +43,7 @@ from rich.table import Table
 
 from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.types import AUTO_SEQUENCE_ID, EnqueueRolloutRequest, Span
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 
 
 class _CountingClient(LightningStoreClient):

@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 from agentlightning.llm_proxy import LLMProxy  # noqa: E402
 from agentlightning.llm_proxy.callbacks import LightningOpenTelemetry  # noqa: E402
 from agentlightning.store.memory import InMemoryLightningStore  # noqa: E402
-from agentlightning.utils.server_launcher import pick_free_port  # noqa: E402
+from agentlightning.web.launcher import pick_free_port  # noqa: E402
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant that answers briefly."},

@@ -41,7 +41,7 @@ from rich.table import Table
 
 from agentlightning.store_http.client import LightningStoreClient
 from agentlightning.types import AUTO_SEQUENCE_ID, Span
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 
 BACKENDS = ("memory", "sqlite", "postgres")
 DEFAULT_DSN = os.environ.get("AGL_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 from tests.support.agl_cli import running
 from tests.support.browser import CHROMIUM, chromium_page
 

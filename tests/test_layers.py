@@ -44,7 +44,7 @@ THIRD_PARTY_FOR_TYPES = {"pydantic", "pydantic_core", "opentelemetry", "typing_e
 # Lowest first. A unit is `agentlightning.<unit>` (a subpackage or a top-level module).
 LAYERS: list[tuple[str, ...]] = [
     ("types", "semconv", "env_var", "logging", "config", "_process_entry"),
-    ("utils", "tracking", "formats", "attributes"),
+    ("utils", "tracking", "formats", "attributes", "web"),
     ("adapter",),
     ("store",),
     ("store_http",),

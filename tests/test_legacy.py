@@ -206,7 +206,7 @@ def test_unclaimed_task_timeout_requeues_it_at_the_tail() -> None:
 
 async def test_client_answers_none_when_the_server_cannot_be_reached() -> None:
     """v0.3's client returns None on any failed request (it never raises from these calls)."""
-    from agentlightning.utils.server_launcher import pick_free_port
+    from agentlightning.web.launcher import pick_free_port
 
     client = AgentLightningClient(f"http://127.0.0.1:{pick_free_port()}", poll_interval=0.01, timeout=2.0)
     assert client.get_latest_resources() is None

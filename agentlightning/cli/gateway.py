@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
+from agentlightning.web.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
 from ._logging import LOG_LEVELS, setup_cli_logging
 from .store import BACKENDS, DEFAULT_SQLITE_PATH, build_store, byte_size

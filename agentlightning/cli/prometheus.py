@@ -73,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+    from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
 
     setup_cli_logging(args.log_level)
     launcher = PythonServerLauncher(

@@ -10,7 +10,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
+
+from agentlightning.web.limits import DEFAULT_MAX_REQUEST_SIZE
 
 from ._logging import LOG_LEVELS, setup_cli_logging
 
@@ -71,8 +73,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-tokens", type=int, default=256, help="completion length when a request sets none (default 256)"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
+    parser.add_argument(
+        "--max-body-size",
+        type=_positive_int,
+        default=DEFAULT_MAX_REQUEST_SIZE,
+        help=f"largest request body in bytes; larger ones get 413 (default {DEFAULT_MAX_REQUEST_SIZE})",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to accept besides IP addresses, localhost and this machine's name ('*': any); repeatable",
+    )
+    parser.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin whose pages may call the server ('*': any); repeatable",
+    )
     parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="log verbosity (default INFO)")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of bytes, got {value}")
+    return value
+
+
+def _http_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "max_body_size": args.max_body_size,
+        "allowed_hosts": args.allowed_host,
+        "allowed_origins": args.allowed_origin,
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -102,6 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         default_max_tokens=args.max_tokens,
         seed=args.seed,
         compile=args.compile,
+        **_http_options(args),
     )
     try:
         server.start()
@@ -116,7 +154,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _serve_echo(args: argparse.Namespace) -> int:
     from agentlightning.serving.echo import EchoServer
 
-    server = EchoServer(model_name=args.model_name or "echo", host=args.host, port=args.port, reply=args.reply)
+    server = EchoServer(
+        model_name=args.model_name or "echo", host=args.host, port=args.port, reply=args.reply, **_http_options(args)
+    )
     try:
         server.start()
     except OSError as exc:

@@ -27,7 +27,7 @@ from agentlightning.types import (
 )
 from agentlightning.utils.deprecation import warn_deprecated_once
 from agentlightning.utils.id import generate_id
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
 
 __all__ = ["AgentLightningServer"]
 

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agentlightning.web.pause import MAX_RETRY_AFTER_SECONDS
+
 from .models import ModelEndpoint
 from .rest_v1 import add_rollout_routes
 from .state import GatewayState, is_admin, unauthorized_response
@@ -34,7 +36,7 @@ class PauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    retry_after_seconds: float = Field(default=5, ge=0)
+    retry_after_seconds: float = Field(default=5, ge=0, le=MAX_RETRY_AFTER_SECONDS, allow_inf_nan=False)
     reason: Optional[str] = None
 
 

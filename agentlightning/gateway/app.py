@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentlightning.llm_proxy.call import CallKind, ProxyCall
 from agentlightning.llm_proxy.forward import ReleaseAtEnd, error_response, forward_call
-from agentlightning.utils.body_limit import BodySizeLimitMiddleware
+from agentlightning.web.hardening import harden
 
 from .admin import add_admin_routes
 from .attempts import GatewayError, Upstream
@@ -307,5 +307,12 @@ def build_gateway_app(state: GatewayState) -> FastAPI:
         logger.exception("gateway failed on %s %s", request.method, request.url.path)
         return error_response(500, f"gateway error: {type(exc).__name__}: {exc}", error_type="gateway_error")
 
-    app.add_middleware(BodySizeLimitMiddleware, max_body_size=state.config.max_body_size)  # type: ignore[arg-type]
+    # Every route but /health needs a key, which a rebound page does not have: no Host check; Origin still is.
+    harden(
+        app,
+        max_body_size=state.config.max_body_size,
+        allowed_hosts=None,
+        size_hint="raise it with `agl gateway --max-body-size` / GatewayConfig(max_body_size=...)",
+        origin_hint="a program instead: the gateway serves agents, not web pages",
+    )
     return app

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from agentlightning.llm_proxy.forward import RETRYABLE_STATUS_CODES
-from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
+from agentlightning.web.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
 __all__ = ["GatewayConfig", "GATEWAY_RETRY_STATUS_CODES", "GATEWAY_MODES", "AUTO_MODEL"]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 from agentlightning.llm_proxy.models import ModelRouter
 from agentlightning.llm_proxy.runtime import ProxyRuntime
-from agentlightning.utils.pause import PauseGate
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.pause import PauseGate
 
 from .app import EVENTS_PATH, HEALTH_PATH, PROXY_PREFIX, build_gateway_app
 from .attempts import AttemptDirectory

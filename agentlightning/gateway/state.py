@@ -9,7 +9,7 @@ from typing import Optional
 from starlette.responses import JSONResponse
 
 from agentlightning.llm_proxy.runtime import ProxyRuntime
-from agentlightning.utils.pause import PauseGate
+from agentlightning.web.pause import PauseGate
 
 from .attempts import AttemptDirectory
 from .config import GatewayConfig

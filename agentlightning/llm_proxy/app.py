@@ -9,17 +9,16 @@ Hot-path routes are plain Starlette routes (no FastAPI body validation) to keep 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE, BodySizeLimitMiddleware
+from agentlightning.web.hardening import harden, parse_json_object
+from agentlightning.web.limits import DEFAULT_MAX_REQUEST_SIZE
 
 from .call import CallKind, ProxyCall
 from .forward import ReleaseAtEnd, error_response, forward_call
@@ -37,20 +36,10 @@ ROLLOUT_PREFIX = "/rollout/{rollout_id}/attempt/{attempt_id}"
 ROUTE_PREFIXES = ("", "/v1", ROLLOUT_PREFIX, ROLLOUT_PREFIX + "/v1")
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"the request body is not JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise ValueError(f"the request body must be a JSON object, got {type(body).__name__}")
-    return body  # type: ignore[return-value]
-
-
 async def _handle_call(runtime: ProxyRuntime, request: Request, client_api: ClientApi) -> Response:
     start_time = time.time()
     try:
-        body = _parse_body(await request.body())
+        body = parse_json_object(await request.body())
     except ValueError as exc:
         return client_error_response(client_api, 400, str(exc), error_type="invalid_request_error")
     model = body.get("model")
@@ -112,10 +101,17 @@ async def _handle_call(runtime: ProxyRuntime, request: Request, client_api: Clie
     return ReleaseAtEnd(answer, gate)
 
 
-def build_proxy_app(runtime: ProxyRuntime, max_body_size: int = DEFAULT_MAX_REQUEST_SIZE) -> FastAPI:
+def build_proxy_app(
+    runtime: ProxyRuntime,
+    max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+) -> FastAPI:
     """The proxy app serving `runtime`; the HTTP client and span exporter live in its lifespan.
 
-    Request bodies over `max_body_size` bytes are answered 413 before they are read.
+    Hardened like every server we ship (`web.hardening`): request bodies over `max_body_size` bytes are
+    answered 413; requests a web page made a browser send (an `Origin` other than `allowed_origins`, a
+    `Host` other than an IP address, localhost, this machine's name or `allowed_hosts`) 403.
     """
 
     @contextlib.asynccontextmanager
@@ -164,5 +160,13 @@ def build_proxy_app(runtime: ProxyRuntime, max_body_size: int = DEFAULT_MAX_REQU
         logger.exception("LLM proxy failed on %s %s", request.method, request.url.path)
         return error_response(500, f"LLM proxy error: {type(exc).__name__}: {exc}", error_type="proxy_error")
 
-    app.add_middleware(BodySizeLimitMiddleware, max_body_size=max_body_size)  # type: ignore[arg-type]
+    harden(
+        app,
+        max_body_size=max_body_size,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        size_hint="raise it with LLMProxy(max_body_size=...)",
+        host_hint="LLMProxy(allowed_hosts=[...])",
+        origin_hint="LLMProxy(allowed_origins=[...])",
+    )
     return app

@@ -18,7 +18,7 @@ import aiohttp
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from agentlightning.utils.pause import PauseGate
+from agentlightning.web.pause import PauseGate
 
 from .call import ENDPOINT_OF_KIND, ProxyCall
 from .models import Deployment

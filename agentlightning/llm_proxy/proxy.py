@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from agentlightning.types import LLM, ProxyLLM
-from agentlightning.utils.body_limit import DEFAULT_MAX_REQUEST_SIZE
-from agentlightning.utils.pause import PauseGate
-from agentlightning.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.body_limit import DEFAULT_MAX_REQUEST_SIZE
+from agentlightning.web.launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.pause import PauseGate
 
 from .app import HEALTH_PATH, build_proxy_app
 from .callbacks import CallbackSpec, resolve_callbacks
@@ -87,8 +87,10 @@ class LLMProxy:
         launcher_args: full control over serving (overrides port/host/launch_mode/num_workers).
         middlewares: aliases `rollout_attempt` (default), `stream_conversion`, `message_inspection`, or instances.
         callbacks: aliases `return_token_ids`, `opentelemetry` (both default), `logprobs`, or instances.
-        max_body_size: largest request body accepted, in bytes (default 32 MiB); larger ones get HTTP 413
-            before they are read.
+        max_body_size: largest request body accepted, in bytes (default 32 MiB); larger ones get HTTP 413.
+        allowed_hosts: `Host` names accepted besides IP addresses, localhost and this machine's name (`"*"`
+            any); others get 403 (a web page using DNS rebinding).
+        allowed_origins: web origins whose pages may call the proxy (`"*"` any); others get 403.
     """
 
     def __init__(
@@ -105,10 +107,14 @@ class LLMProxy:
         middlewares: Optional[Sequence[MiddlewareSpec]] = None,
         callbacks: Optional[Sequence[CallbackSpec]] = None,
         max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
     ) -> None:
         if max_body_size <= 0:
             raise ValueError(f"max_body_size must be a positive number of bytes, got {max_body_size}")
         self.max_body_size = max_body_size
+        self.allowed_hosts = tuple(allowed_hosts)
+        self.allowed_origins = tuple(allowed_origins)
         self.litellm_config: dict[str, Any] = dict(litellm_config or {})
         self.litellm_module_settings: dict[str, Any] = {}
         settings = self._litellm_settings()
@@ -243,6 +249,11 @@ class LLMProxy:
             args = dataclasses.replace(args, healthcheck_url=HEALTH_PATH)
         return args
 
+    def _own_hosts(self) -> tuple[str, ...]:
+        """`allowed_hosts` plus the names this proxy binds and is reached by (they are its own names)."""
+        args = self._server_args()
+        return tuple(name for name in (*self.allowed_hosts, args.host, args.access_host) if name)
+
     def _check_store(self) -> None:
         store = self._store
         if store is None:
@@ -295,7 +306,9 @@ class LLMProxy:
         runtime = self.initialize()
         if not self.model_list:
             logger.warning("the LLM proxy starts with an empty model list; every call will fail until updated")
-        launcher = PythonServerLauncher(build_proxy_app(runtime, self.max_body_size), self._server_args())
+        launcher = PythonServerLauncher(
+            build_proxy_app(runtime, self.max_body_size, self._own_hosts(), self.allowed_origins), self._server_args()
+        )
         await launcher.start()
         self._launcher = launcher
         self._bound_port = launcher.port

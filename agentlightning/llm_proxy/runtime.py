@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import aiohttp
 
-from agentlightning.utils.pause import PauseGate
+from agentlightning.web.pause import PauseGate
 
 from .call import ProxyCall
 from .exporter import LightningSpanExporter

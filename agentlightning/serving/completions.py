@@ -18,12 +18,9 @@ from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from ..utils.pause import PauseGate
-
 __all__ = [
     "ClientGone",
     "ServedPolicy",
-    "GatedPolicy",
     "submit_chat",
     "complete_chat",
     "unless_disconnected",
@@ -48,17 +45,6 @@ class ServedPolicy(Protocol):
 
     @property
     def always_logprobs(self) -> bool: ...
-
-
-class GatedPolicy(ServedPolicy, Protocol):
-    """A served policy whose requests wait at a pause gate while its weights are swapped."""
-
-    @property
-    def gate(self) -> PauseGate: ...
-
-    def paused_message(self) -> str:
-        """Why a request was refused after waiting out the hold timeout of a weight swap."""
-        ...
 
 
 class ClientGone(Exception):

@@ -8,20 +8,19 @@ fresh install (`agl serve --model echo`). Replies are deterministic: the text of
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import logging
-import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional
 
 from ..types.resources import LLM
-from .protocol import ChatCompletionRequest, new_completion_id, now, openai_error
+from ..web.limits import DEFAULT_MAX_REQUEST_SIZE
+from .protocol import ChatCompletionRequest, new_completion_id, now
+from .shell import OpenAIServer
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-    from ..utils.server_launcher import PythonServerLauncher
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 __all__ = ["EchoServer", "echo_reply", "byte_token_ids", "render_chat_text"]
 
@@ -53,15 +52,19 @@ def byte_token_ids(text: str) -> List[int]:
     return list(text.encode("utf-8"))
 
 
-class EchoServer:
-    """Serve deterministic echo replies at `/v1/chat/completions` (plus `/v1/models` and `/health`).
+class EchoServer(OpenAIServer):
+    """Serve deterministic echo replies at `/v1/chat/completions`, `/v1/responses` and `/v1/messages`
+    (plus `/v1/models` and `/health`).
 
     Args:
         model_name: the id reported by `/v1/models` and in responses (requests may name any model).
         host: the interface to bind.
         port: the port; None or 0 picks a free one.
         reply: a fixed reply for every request instead of the echo.
+        max_body_size / allowed_hosts / allowed_origins: see `OpenAIServer`.
     """
+
+    kind = "echo server"
 
     def __init__(
         self,
@@ -70,81 +73,45 @@ class EchoServer:
         host: str = "127.0.0.1",
         port: Optional[int] = None,
         reply: Optional[str] = None,
+        max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
     ) -> None:
-        self.model_name = model_name
-        self.host = host
+        super().__init__(
+            model_name=model_name,
+            host=host,
+            port=port,
+            max_body_size=max_body_size,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+        )
         self.reply = reply
         self.requests_served = 0
-        self._requested_port = port or None
-        self._launcher: Optional[PythonServerLauncher] = None
-        self._app: Optional[FastAPI] = None
-
-    @property
-    def app(self) -> FastAPI:
-        if self._app is None:
-            self._app = _build_app(self)
-        return self._app
-
-    @property
-    def endpoint(self) -> str:
-        """The OpenAI base URL, e.g. `http://127.0.0.1:8000/v1` (valid once started)."""
-        if self._launcher is None or self._launcher.port is None:
-            raise RuntimeError("the echo server has no port yet; call start() first")
-        return f"{self._launcher.access_endpoint}/v1"
 
     def answer(self, messages: List[Dict[str, Any]]) -> str:
         return self.reply if self.reply is not None else echo_reply(messages)
 
-    def start(self) -> None:
-        """Start uvicorn on a background thread; returns once the server answers its health check."""
-        _run_sync(self.astart())
+    async def serve_chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        from starlette.responses import JSONResponse, StreamingResponse
 
-    def stop(self) -> None:
-        _run_sync(self.astop())
+        self.requests_served += 1
+        completion = _completion(self, body)
+        if body.stream:
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(_sse(completion, include_usage), media_type="text/event-stream")
+        return JSONResponse(content=completion)
 
-    async def astart(self) -> None:
-        from ..utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
-
-        if self._launcher is not None and self._launcher.is_running():
-            return
-        args = PythonServerLauncherArgs(
-            host=self.host, port=self._requested_port, launch_mode="thread", healthcheck_url="/health"
-        )
-        self._launcher = PythonServerLauncher(self.app, args)
-        await self._launcher.start()
-        logger.info("Echo server %r listening on %s", self.model_name, self.endpoint)
-
-    async def astop(self) -> None:
-        if self._launcher is not None:
-            await self._launcher.stop()
-
-    def run_forever(self) -> None:
-        """Serve until interrupted (the `agl serve --model echo` command)."""
-        self.start()
-        try:
-            while self._launcher is not None and self._launcher.is_running():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
+    async def complete(self, body: ChatCompletionRequest, request: Request) -> Dict[str, Any]:
+        self.requests_served += 1
+        return _completion(self, body)
 
     def __enter__(self) -> EchoServer:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def as_resource(self) -> LLM:
         """An `LLM` resource pointing at this server."""
         return LLM(endpoint=self.endpoint, model=self.model_name)
-
-
-def _run_sync(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync code, even when the calling thread has a running loop."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _completion(server: EchoServer, body: ChatCompletionRequest) -> Dict[str, Any]:
@@ -204,39 +171,3 @@ async def _sse(completion: Dict[str, Any], include_usage: bool) -> AsyncIterator
     if include_usage:
         yield chunk([], usage=completion["usage"])
     yield "data: [DONE]\n\n"
-
-
-def _build_app(server: EchoServer) -> FastAPI:
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
-
-    app = FastAPI(title="agentlightning echo server")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:  # type: ignore[reportUnusedFunction]
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
-        return JSONResponse(status_code=400, content=openai_error(f"invalid request: {details}"))
-
-    @app.get("/health")
-    @app.get("/v1/health")
-    async def _health() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
-        return {"status": "ok", "model": server.model_name}
-
-    @app.get("/v1/models")
-    async def _models() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
-        return {
-            "object": "list",
-            "data": [{"id": server.model_name, "object": "model", "created": 0, "owned_by": "agentlightning"}],
-        }
-
-    @app.post("/v1/chat/completions", response_model=None)
-    async def _chat(body: ChatCompletionRequest) -> Any:  # type: ignore[reportUnusedFunction]
-        server.requests_served += 1
-        completion = _completion(server, body)
-        if body.stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_sse(completion, include_usage), media_type="text/event-stream")
-        return JSONResponse(content=completion)
-
-    return app

@@ -20,8 +20,6 @@ base as `model_name` and each adapter as `model_name:adapter` (see `serving/adap
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import logging
 import time
@@ -29,9 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..types.resources import LLM
-from ..utils.pause import PauseGate
+from ..web.limits import DEFAULT_MAX_REQUEST_SIZE
 from .adapters import UnknownAdapterError, adapter_model_name
-from .apis import add_api_routes
 from .chat import TOOL_CALL_OPEN, parse_tool_calls
 from .completions import ClientGone, submit_chat, unless_disconnected
 from .completions import complete_chat as _complete
@@ -39,13 +36,13 @@ from .completions import usage as _usage
 from .completions import wants_token_ids as _wants_token_ids
 from .engine import CompletionStream, PolicyEngine, SequenceDelta
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
+from .shell import OpenAIServer
 
 if TYPE_CHECKING:
     import torch
-    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
     from transformers import PreTrainedTokenizerBase
-
-    from ..utils.server_launcher import PythonServerLauncher
 
 __all__ = ["PolicyServer", "SwapReport"]
 
@@ -80,7 +77,7 @@ class SwapReport:
         }
 
 
-class PolicyServer:
+class PolicyServer(OpenAIServer):
     """Serve `model` over HTTP as an OpenAI-compatible endpoint that also returns token ids and logprobs.
 
     Args:
@@ -102,7 +99,10 @@ class PolicyServer:
         adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
         compile: `torch.compile` the decode step (see `PolicyEngine`; the first steps take tens of seconds).
+        max_body_size / allowed_hosts / allowed_origins: see `OpenAIServer` (413 / 403 answers).
     """
+
+    kind = "policy server"
 
     def __init__(
         self,
@@ -122,6 +122,9 @@ class PolicyServer:
         adapters: Sequence[str] = (),
         compile: bool = False,
         deterministic: bool = False,
+        max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
     ) -> None:
         if hold_timeout_s < 0:
             raise ValueError(f"hold_timeout_s must be >= 0, got {hold_timeout_s}")
@@ -135,92 +138,39 @@ class PolicyServer:
             compile=compile,
             deterministic=deterministic,
         )
-        self.model_name = model_name
-        self.host = host
-        self._requested_port = port or None
+        super().__init__(
+            model_name=model_name,
+            host=host,
+            port=port,
+            retry_after_s=retry_after_s,
+            max_body_size=max_body_size,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+        )
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
         self.hold_timeout_s = hold_timeout_s
-        self.gate = PauseGate(retry_after_s)
-        """Pause flag and in-flight count of model requests (link a gateway's gate to hold its calls too)."""
         self.swaps: List[SwapReport] = []
         """One report per `swap_weights`."""
         self.drain_times_s: List[float] = []
         """How long each `swap_weights` waited for running requests to finish."""
         self.weight_sync_ms: List[float] = []
         """How long each `update_weights` took (ms), the copy into a served copy included."""
-        self._launcher: Optional[PythonServerLauncher] = None
-        self._app: Optional[FastAPI] = None
 
     # Lifecycle ---------------------------------------------------------------------------------------
 
-    @property
-    def app(self) -> FastAPI:
-        if self._app is None:
-            self._app = _build_app(self)
-        return self._app
+    def health(self) -> Dict[str, Any]:
+        return {"status": "ok", "weights_version": self.weights_version}
 
-    @property
-    def endpoint(self) -> str:
-        """The OpenAI base URL, e.g. `http://127.0.0.1:8000/v1` (valid once started)."""
-        if self._launcher is None or self._launcher.port is None:
-            raise RuntimeError("the policy server has no port yet; call start() first")
-        return f"{self._launcher.access_endpoint}/v1"
-
-    @property
-    def port(self) -> Optional[int]:
-        """The bound port once started (the requested one before)."""
-        return self._launcher.port if self._launcher is not None else self._requested_port
-
-    def start(self) -> None:
-        """Start the engine and the HTTP server (uvicorn on a background thread); returns once it is healthy."""
-        _run_sync(self.astart())
-
-    def stop(self) -> None:
-        """Stop the HTTP server, then the engine."""
-        _run_sync(self.astop())
-
-    async def astart(self) -> None:
-        """`start()` for callers inside an event loop."""
-        from ..utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
-
-        if self._launcher is not None and self._launcher.is_running():
-            return
+    def _starting(self) -> None:
         self.engine.start()
-        args = PythonServerLauncherArgs(
-            host=self.host, port=self._requested_port, launch_mode="thread", healthcheck_url="/health"
-        )
-        self._launcher = PythonServerLauncher(self.app, args)
-        try:
-            await self._launcher.start()
-        except Exception:
-            self.engine.close()
-            raise
-        logger.info("Policy server %r listening on %s", self.model_name, self.endpoint)
 
-    async def astop(self) -> None:
-        """`stop()` for callers inside an event loop."""
-        if self._launcher is not None:
-            await self._launcher.stop()
-        await asyncio.to_thread(self.engine.close)
-
-    def run_forever(self) -> None:
-        """Serve until interrupted (the `agl serve` command)."""
-        self.start()
-        try:
-            while self._launcher is not None and self._launcher.is_running():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
+    def _stopped(self) -> None:
+        self.engine.close()
 
     def __enter__(self) -> PolicyServer:
         self.start()
         return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     # Training-facing API -----------------------------------------------------------------------------
 
@@ -308,7 +258,7 @@ class PolicyServer:
                 )
             )
 
-    async def _enter(self) -> bool:
+    async def admit(self) -> bool:
         """Count a new model request in; while paused hold it, at most `hold_timeout_s` (False: answer 429)."""
         if self.hold_timeout_s <= 0:
             return self.gate.enter()
@@ -318,12 +268,31 @@ class PolicyServer:
         """The 429 message for a request held past `hold_timeout_s`."""
         return f"the policy server has been swapping weights for over {self.hold_timeout_s:g} s; retry shortly"
 
-    def _exit(self) -> None:
-        self.gate.exit()
-
     @property
     def adapters(self) -> List[str]:
         return list(self.engine.adapters)
+
+    async def serve_chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        from starlette.responses import JSONResponse, StreamingResponse
+
+        if not await self.admit():
+            return JSONResponse(
+                status_code=429,
+                content=openai_error(self.paused_message(), error_type="rate_limit"),
+                headers={"Retry-After": f"{self.retry_after_s:g}"},
+            )
+        streaming = False
+        try:
+            response = await _answer_chat(self, body, request)
+            streaming = isinstance(response, StreamingResponse)
+            return response
+        finally:
+            if not streaming:
+                self.gate.exit()
+
+    async def complete(self, body: ChatCompletionRequest, request: Request) -> Dict[str, Any]:
+        stream = submit_chat(self, body)
+        return await unless_disconnected(request, stream, _complete(self, body, stream))
 
     @property
     def served_models(self) -> List[str]:
@@ -343,86 +312,32 @@ class PolicyServer:
         )
 
 
-def _run_sync(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync code, even when the calling thread has a running loop."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
 # HTTP layer --------------------------------------------------------------------------------------------
 
 
-def _build_app(server: PolicyServer) -> FastAPI:
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
+async def _answer_chat(server: PolicyServer, body: ChatCompletionRequest, request: Request) -> Response:
+    from starlette.responses import JSONResponse, StreamingResponse
 
-    app = FastAPI(title="agentlightning policy server")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:  # type: ignore[reportUnusedFunction]
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
-        return JSONResponse(status_code=400, content=openai_error(f"invalid request: {details}"))
-
-    @app.get("/health")
-    @app.get("/v1/health")
-    async def _health() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
-        return {"status": "ok", "weights_version": server.weights_version}
-
-    @app.get("/v1/models")
-    async def _models() -> Dict[str, Any]:  # type: ignore[reportUnusedFunction]
-        return {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": 0, "owned_by": "agentlightning"}
-                for name in server.served_models
-            ],
-        }
-
-    async def _chat(body: ChatCompletionRequest, request: Request) -> Union[JSONResponse, StreamingResponse]:
-        if not await server._enter():  # type: ignore[reportPrivateUsage]
-            return JSONResponse(
-                status_code=429,
-                content=openai_error(server.paused_message(), error_type="rate_limit"),
-                headers={"Retry-After": f"{server.retry_after_s:g}"},
-            )
-        streaming = False
-        try:
-            response = await _answer(body, request)
-            streaming = isinstance(response, StreamingResponse)
-            return response
-        finally:
-            if not streaming:
-                server._exit()  # type: ignore[reportPrivateUsage]
-
-    # FastAPI reads the annotations as strings in this module's globals, where `Request` (imported lazily) is not.
-    _chat.__annotations__["request"] = Request
-    app.post("/v1/chat/completions", response_model=None)(_chat)
-
-    async def _answer(body: ChatCompletionRequest, request: Request) -> Union[JSONResponse, StreamingResponse]:
-        try:
-            stream = submit_chat(server, body)
-        except UnknownAdapterError as exc:
-            return JSONResponse(status_code=404, content=openai_error(str(exc), param="model"))
-        except ValueError as exc:
-            return JSONResponse(status_code=400, content=openai_error(str(exc)))
-        except Exception as exc:  # template errors and the like must not kill the server
-            logger.exception("Could not prepare a chat completion")
-            return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
-        if body.stream:
-            return StreamingResponse(_counted(server, _sse(server, body, stream)), media_type="text/event-stream")
-        try:
-            content = await unless_disconnected(request, stream, _complete(server, body, stream))
-        except ClientGone as exc:
-            logger.info("Chat completion cancelled: %s", exc)
-            return JSONResponse(status_code=499, content=openai_error(str(exc)))
-        except Exception as exc:
-            logger.exception("Chat completion failed")
-            return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
-        return JSONResponse(content=content)
-
-    add_api_routes(app, server)
-    return app
+    try:
+        stream = submit_chat(server, body)
+    except UnknownAdapterError as exc:
+        return JSONResponse(status_code=404, content=openai_error(str(exc), param="model"))
+    except ValueError as exc:
+        return JSONResponse(status_code=400, content=openai_error(str(exc)))
+    except Exception as exc:  # template errors and the like must not kill the server
+        logger.exception("Could not prepare a chat completion")
+        return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
+    if body.stream:
+        return StreamingResponse(_counted(server, _sse(server, body, stream)), media_type="text/event-stream")
+    try:
+        content = await unless_disconnected(request, stream, _complete(server, body, stream))
+    except ClientGone as exc:
+        logger.info("Chat completion cancelled: %s", exc)
+        return JSONResponse(status_code=499, content=openai_error(str(exc)))
+    except Exception as exc:
+        logger.exception("Chat completion failed")
+        return JSONResponse(status_code=500, content=openai_error(str(exc), error_type="server_error"))
+    return JSONResponse(content=content)
 
 
 async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -431,7 +346,7 @@ async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIte
         async for chunk in chunks:
             yield chunk
     finally:
-        server._exit()  # type: ignore[reportPrivateUsage]
+        server.gate.exit()
 
 
 class _ToolTextGate:

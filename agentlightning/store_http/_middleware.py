@@ -10,10 +10,11 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentlightning.tracking.metrics import MetricsBackend
-from agentlightning.utils.body_limit import BodySizeLimitMiddleware as GenericBodySizeLimit
+from agentlightning.web.body_limit import BodySizeLimitMiddleware as GenericBodySizeLimit
+from agentlightning.web.errors import detail_error_body
+from agentlightning.web.limits import DEFAULT_MAX_BODY_SIZE
 
 from .errors import HTTPError, error_body
-from .limits import DEFAULT_MAX_BODY_SIZE
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
@@ -32,17 +33,14 @@ async def _send_json(send: Send, status: int, body: bytes, *extra_headers: tuple
 
 
 class BodySizeLimitMiddleware(GenericBodySizeLimit):
-    """413 to a request body over `max_body_size` bytes, before it is read, with the store's error shape."""
+    """413 to a request body over `max_body_size` bytes (see `web.body_limit`), with the store's error shape."""
 
-    def message(self, size: str) -> str:
-        return (
-            f"request body of {size} is over this store server's limit of {self.max_body_size} bytes; send less "
-            "per request (LightningStoreClient splits span batches itself) or raise the limit with "
+    def __init__(self, app: ASGIApp, max_body_size: int) -> None:
+        hint = (
+            "send less per request (LightningStoreClient splits span batches itself) or raise the limit with "
             "`agl store --max-body-size` / LightningStoreServer(max_body_size=...)"
         )
-
-    def error_body(self, size: str) -> bytes:
-        return error_body(self.message(size), "PayloadTooLarge")
+        super().__init__(app, max_body_size, hint=hint, error_shape=_payload_too_large)
 
     def too_large(self, size: str) -> Exception:
         # An HTTPError: the store's routes answer it themselves (413) when they are the ones reading.
@@ -50,6 +48,10 @@ class BodySizeLimitMiddleware(GenericBodySizeLimit):
 
     def is_too_large(self, exc: BaseException) -> bool:
         return isinstance(exc, HTTPError) and exc.status == 413
+
+
+def _payload_too_large(status: int, message: str, error_type: str) -> bytes:
+    return detail_error_body(status, message, "PayloadTooLarge")
 
 
 class BearerAuthMiddleware:

@@ -21,6 +21,8 @@ from typing import Any, Optional, TypeVar
 import aiohttp
 from pydantic import TypeAdapter
 
+from agentlightning.web.limits import DEFAULT_MAX_BODY_SIZE
+
 from ._client_endpoints import _ANY, _JSON_HEADERS
 from ._idempotency import IDEMPOTENCY_KEY_HEADER
 from ._resources_hint import ResourcesHints
@@ -31,7 +33,6 @@ from .errors import (
     LightningStoreUnavailableError,
     exception_from_response,
 )
-from .limits import DEFAULT_MAX_BODY_SIZE
 from .retry import RETRY_BUDGET_ENV, RetryBackoff, retry_budget_from_env
 
 __all__ = ["API_PATH", "AUTH_TOKEN_ENV", "TRANSPORT_ERRORS", "StoreTransport"]

@@ -17,8 +17,8 @@ from starlette.routing import BaseRoute, Mount
 
 from agentlightning.store.base import LightningStore
 from agentlightning.tracking.metrics import MetricsBackend, find_prometheus_backend
+from agentlightning.web.browser_guard import BrowserGuardMiddleware, default_allowed_hosts
 
-from ._browser_guard import BrowserGuardMiddleware, default_allowed_hosts
 from ._idempotency import IdempotencyMiddleware
 from ._middleware import (
     DEFAULT_MAX_BODY_SIZE,
@@ -100,7 +100,7 @@ def build_store_app(
 
     With `auth_token`, the OpenAPI document and its pages (/openapi.json, /docs, /redoc) need the token
     too unless `public_docs`; request bodies over `max_body_size` bytes are answered 413. Requests a web
-    page made a browser send are answered 403 (see `_browser_guard`): from origins other than the server's
+    page made a browser send are answered 403 (see `web.browser_guard`): from origins other than the server's
     own and `cors_allow_origins`, and, without a token, for `Host` names other than IP addresses,
     localhost, this machine's name and `allowed_hosts` (`"*"` allows any). With `shared_idempotency`
     (several server processes), answers to retried POSTs are kept in the store's database
@@ -173,6 +173,7 @@ def build_store_app(
         BrowserGuardMiddleware,  # type: ignore[arg-type]
         allowed_hosts=hosts,
         allowed_origins=tuple(cors_allow_origins or ()),
+        hint="`agl store --allowed-host NAME` / LightningStoreServer(allowed_hosts=[...]), or set an auth token",
     )
     if tracker is not None:
         app.add_middleware(HttpMetricsMiddleware, tracker=tracker)  # type: ignore[arg-type]

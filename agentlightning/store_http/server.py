@@ -19,11 +19,11 @@ from fastapi import APIRouter, FastAPI
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.tracking.metrics import MetricsBackend
-from agentlightning.utils.server_launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import LaunchMode, PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.limits import DEFAULT_MAX_BODY_SIZE
 
 from .app import HEALTH_PATH, ServingState, build_store_app
 from .client import AUTH_TOKEN_ENV, LightningStoreClient
-from .limits import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["LightningStoreServer", "DEFAULT_STORE_PORT", "AUTH_TOKEN_ENV"]
 

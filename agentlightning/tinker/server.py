@@ -13,7 +13,7 @@ from .service import TinkerService
 
 if TYPE_CHECKING:
     from ..store.base import LightningStore
-    from ..utils.server_launcher import PythonServerLauncher
+    from ..web.launcher import PythonServerLauncher
 
 __all__ = ["TinkerServer"]
 
@@ -40,7 +40,7 @@ class TinkerServer:
 
     def start(self) -> None:
         """Start uvicorn on a thread; returns once `/api/v1/healthz` answers."""
-        from ..utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+        from ..web.launcher import PythonServerLauncher, PythonServerLauncherArgs
 
         args = PythonServerLauncherArgs(
             host=self.config.host,

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 
 import agentlightning as agl
 from agentlightning.tracking.metrics import ConsoleMetricsBackend, MultiMetricsBackend, PrometheusMetricsBackend
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 
 
 async def workload(store: agl.LightningStore, tracker: MultiMetricsBackend, rollouts: int) -> None:

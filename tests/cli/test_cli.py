@@ -11,7 +11,7 @@ import pytest
 
 from agentlightning.cli import SUBCOMMANDS, main
 from agentlightning.store import LightningStoreClient
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 from tests.support.agl_cli import running
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentlightning.serving.echo import EchoServer
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]

@@ -97,7 +97,7 @@ def test_node_agent_in_client_server_runner_processes(tmp_path: Path) -> None:
     """Runner processes get a pickled ProcessAgent; each starts its own gateway over its store client."""
     import agentlightning as agl
     from agentlightning.store.sqlite import SqliteLightningStore
-    from agentlightning.utils.server_launcher import pick_free_port
+    from agentlightning.web.launcher import pick_free_port
 
     example = load_example()
     db = str(tmp_path / "cs.db")

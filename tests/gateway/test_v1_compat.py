@@ -171,7 +171,7 @@ async def test_pause_holds_new_calls_until_resume(
 
 
 def test_pause_gates_link_a_gateway_to_a_policy_server() -> None:
-    from agentlightning.utils.pause import PauseGate
+    from agentlightning.web.pause import PauseGate
 
     server_gate, gateway_gate = PauseGate(1.0), PauseGate(5.0)
     gateway_gate.link(server_gate)

@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 from agentlightning.llm_proxy.proxy import LLMProxy
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import AttemptedRollout
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 from tests.support.openai_server import ErrorReply, OpenAITestServer
 from tests.support.raw_stream_server import RawStreamServer, chat_chunk
 

@@ -27,7 +27,7 @@ from agentlightning.store_http.errors import (
 )
 from agentlightning.store_http.retry import RetryBackoff
 from agentlightning.types import AUTO_SEQUENCE_ID, EnqueueRolloutRequest, PromptTemplate, Rollout, Span
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
 
 FAST: dict[str, Any] = {"retry_delays": (0.01, 0.01), "health_retry_delays": (0.01, 0.01)}
 

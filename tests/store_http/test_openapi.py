@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip("schemathesis", reason="schemathesis is a dev dependency: pip install -e .[dev]")
 
-from agentlightning.utils.server_launcher import pick_free_port  # noqa: E402
+from agentlightning.web.launcher import pick_free_port  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from agentlightning.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agentlightning.tracking.metrics import ConsoleMetricsBackend, PrometheusMetricsBackend
 from agentlightning.types import LLM, PromptTemplate, Span
-from agentlightning.utils.server_launcher import PythonServerLauncher
+from agentlightning.web.launcher import PythonServerLauncher
 from tests.store.factories import make_span
 
 API = "/v1/agl"

@@ -18,7 +18,7 @@ from agentlightning.tracer.otel import OtelTracer
 from agentlightning.trainer import remote
 from agentlightning.trainer.run_store import RUN_METADATA_KEY
 from agentlightning.types import NamedResources, Rollout
-from agentlightning.utils.server_launcher import pick_free_port
+from agentlightning.web.launcher import pick_free_port
 from tests.support.agl_cli import running
 
 

@@ -18,7 +18,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-__all__ = ["PauseGate", "HoldRelease"]
+__all__ = ["PauseGate", "HoldRelease", "MAX_RETRY_AFTER_SECONDS"]
+
+#: Longest `Retry-After` a gate tells callers (a day): a pause is for a weight swap, not for good.
+MAX_RETRY_AFTER_SECONDS = 86400.0
+
+
+def _check_retry_after(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"retry_after_seconds must be a number of seconds, got {value!r}")
+    if not (math.isfinite(value) and 0 <= value <= MAX_RETRY_AFTER_SECONDS):
+        raise ValueError(
+            f"retry_after_seconds must be a finite number in 0..{MAX_RETRY_AFTER_SECONDS:g}, got {value!r}"
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -45,9 +58,7 @@ class PauseGate:
     """
 
     def __init__(self, retry_after_seconds: float = 1.0) -> None:
-        if retry_after_seconds < 0:
-            raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
-        self.retry_after_seconds = retry_after_seconds
+        self.retry_after_seconds = _check_retry_after(retry_after_seconds)
         self.reason: Optional[str] = None
         self.rejected = 0
         """Calls refused because the gate was paused (or stayed paused longer than their hold timeout)."""
@@ -96,9 +107,9 @@ class PauseGate:
         return seen
 
     def _set(self, paused: bool, reason: Optional[str], retry_after_seconds: Optional[float]) -> None:
+        if retry_after_seconds is not None:
+            retry_after_seconds = _check_retry_after(retry_after_seconds)
         with self._condition:
-            if retry_after_seconds is not None and retry_after_seconds < 0:
-                raise ValueError(f"retry_after_seconds must be >= 0, got {retry_after_seconds}")
             was_paused, self._paused = self._paused, paused
             self.reason = reason
             if retry_after_seconds is not None:

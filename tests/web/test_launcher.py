@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentlightning.utils.server_launcher import PortInUseError, PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import PortInUseError, PythonServerLauncher, PythonServerLauncherArgs
 
 
 async def whoami(_request: Request) -> Response:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentlightning.utils.server_launcher import PythonServerLauncher, PythonServerLauncherArgs
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
 
 CLIENT_WAIT = 20.0  # how long a test waits for the server to act: far longer than the limits below
 seen_disconnects: list[str] = []
@@ -128,3 +128,100 @@ def test_prompt_requests_keep_alive_and_slow_handlers_are_never_cut(port: int) -
     second = _read_response(sock)
     assert second.startswith(b"HTTP/1.1 200") and b'"size":5000' in second
     sock.close()
+
+
+@pytest.fixture
+async def rate_port() -> AsyncIterator[int]:
+    """A server whose only short limit is the body rate: pauses of 30 s and bodies of 300 s are allowed."""
+    args = PythonServerLauncherArgs(launch_mode="thread", healthcheck_url="/health", body_grace=2.0)
+    launcher = PythonServerLauncher(APP, args)
+    await launcher.start()
+    assert launcher.port is not None
+    yield launcher.port
+    await launcher.stop()
+
+
+def _trickle(sock: socket.socket, count: int, gap: float) -> None:
+    for _ in range(count):
+        try:
+            sock.sendall(b"x")
+        except OSError:
+            return
+        time.sleep(gap)
+
+
+def test_a_body_trickled_a_byte_at_a_time_is_answered_408_long_before_the_body_deadline(rate_port: int) -> None:
+    """Before: a byte every 2 s held the connection for the whole 300 s `body_deadline`, and the cut said nothing."""
+    sock = _connect(rate_port)
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+    _trickle(sock, 60, 0.1)  # 10 bytes/s: never a pause of body_timeout, far below body_min_rate
+    assert _read_until_closed(sock).startswith(b"HTTP/1.1 408")
+    sock.close()
+
+
+def test_a_big_body_at_a_fair_rate_is_not_cut(rate_port: int) -> None:
+    sock = _connect(rate_port)
+    body = b"z" * (4 * 1024 * 1024)
+    sock.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(body))
+    for start in range(0, len(body), 256 * 1024):
+        sock.sendall(body[start : start + 256 * 1024])
+    answer = _read_response(sock)
+    assert answer.startswith(b"HTTP/1.1 200") and b'"size":4194304' in answer
+    sock.close()
+
+
+_LOW_FD_SERVER = """
+import asyncio, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (96, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs
+
+async def ok(request):
+    await request.body()
+    return JSONResponse({"ok": True})
+
+async def main():
+    # Generous limits: only the fair sharing of descriptors can let prompt requests in.
+    args = PythonServerLauncherArgs(launch_mode="asyncio", healthcheck_url="/ok", header_timeout=120,
+                                    body_timeout=120, body_grace=120)
+    launcher = PythonServerLauncher(Starlette(routes=[Route("/ok", ok, methods=["GET", "POST"])]), args)
+    await launcher.start()
+    print(launcher.port, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_slow_clients_cannot_starve_prompt_ones_under_a_low_descriptor_limit() -> None:
+    """Before: 120 slow connections on a server limited to 96 descriptors made every prompt request time out."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", _LOW_FD_SERVER], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    slow: list[socket.socket] = []
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        for _ in range(120):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2.0)
+                sock.sendall(b"POST /ok HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nx")
+                slow.append(sock)
+            except OSError:
+                pass
+        for _ in range(5):
+            answer = httpx.post(f"http://127.0.0.1:{port}/ok", content=b"{}", timeout=CLIENT_WAIT)
+            assert answer.status_code == 200
+    finally:
+        for sock in slow:
+            sock.close()
+        server.kill()
+        server.wait(timeout=30)

@@ -1,6 +1,7 @@
 """Keep web pages out of a local server: refuse cross-site requests and foreign `Host` names.
 
-A page the user visits can make the browser send requests to `http://127.0.0.1:4747`: a `text/plain`
+Every server we ship runs it (see `hardening`). A page the user visits can make the browser send requests to
+`http://127.0.0.1:4747`: a `text/plain`
 POST needs no CORS preflight, so it runs even though the page cannot read the answer; and with DNS
 rebinding (`evil.example` resolving to 127.0.0.1) the page is even same-origin with the server. Programs
 (runners, the CLI, `LightningStoreClient`) send neither `Origin` nor `Sec-Fetch-Site` and name the server
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import error_body
+from .errors import ErrorShape, detail_error_body
 
 __all__ = ["BrowserGuardMiddleware", "default_allowed_hosts"]
 
@@ -65,8 +66,14 @@ class BrowserGuardMiddleware:
         allowed_hosts: Optional[frozenset[str]],
         allowed_origins: Sequence[str] = (),
         api_prefix: str = "/v1/",
+        error_shape: ErrorShape = detail_error_body,
+        hint: str = "`agl store --allowed-host NAME` / LightningStoreServer(allowed_hosts=[...])",
+        origin_hint: str = "`agl store --cors-origin ORIGIN` / LightningStoreServer(cors_allow_origins=[...])",
     ) -> None:
         self.app = app
+        self.error_shape = error_shape
+        self.hint = hint
+        self.origin_hint = origin_hint
         self.allowed_hosts = allowed_hosts
         self.any_origin = "*" in allowed_origins
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
@@ -97,8 +104,8 @@ class BrowserGuardMiddleware:
         if not self._host_allowed(host):
             return (
                 f"Host {host!r} is not a name of this server: requests for other names (a web page using DNS "
-                "rebinding) are refused. Use the server's IP address or localhost, allow the name with "
-                "`agl store --allowed-host NAME` / LightningStoreServer(allowed_hosts=[...]), or set an auth token"
+                "rebinding) are refused. Use the server's IP address or localhost, or allow the name with "
+                f"{self.hint}"
             )
         origin = headers.get("origin")
         if origin is not None:
@@ -108,7 +115,7 @@ class BrowserGuardMiddleware:
                 return None
             return (
                 f"cross-origin request from {origin!r} refused: a web page may not use this server. Allow the "
-                "origin with `agl store --cors-origin ORIGIN` / LightningStoreServer(cors_allow_origins=[...])"
+                f"origin with {self.origin_hint}"
             )
         site = headers.get("sec-fetch-site")
         if site in ("cross-site", "same-site") and scope["path"].startswith(self.api_prefix):
@@ -123,7 +130,7 @@ class BrowserGuardMiddleware:
         if reason is None:
             await self.app(scope, receive, send)
             return
-        body = error_body(reason, "ForbiddenOrigin")
+        body = self.error_shape(403, reason, "ForbiddenOrigin")
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 403, "headers": headers})
         await send({"type": "http.response.body", "body": body})
