@@ -2,7 +2,7 @@
 
 Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `POST /v1/responses` and
 `POST /v1/messages` (`apis.py`), `GET /v1/models`, `GET /health`
-(also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
+(also `/v1/health`), `GET /v1/weights/fingerprint` (`fingerprint.py`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
 
 Around a weight swap (`swap_weights`) the server pauses: new model requests wait (held, at most
@@ -38,6 +38,7 @@ from .completions import complete_chat as _complete
 from .completions import usage as _usage
 from .completions import wants_token_ids as _wants_token_ids
 from .engine import CompletionStream, PolicyEngine, SequenceDelta
+from .fingerprint import add_fingerprint_route
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
 
 if TYPE_CHECKING:
@@ -422,6 +423,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
         return JSONResponse(content=content)
 
     add_api_routes(app, server)
+    add_fingerprint_route(app, server)
     return app
 
 

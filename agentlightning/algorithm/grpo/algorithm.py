@@ -30,6 +30,7 @@ from .groups import GroupKey, PendingGroup, drop_tied_groups, has_advantage
 from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_resource_name
+from .weight_sync import verify_weight_sync
 
 if TYPE_CHECKING:
     import torch
@@ -178,6 +179,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         try:
             self.start_tracking(cfg.tracking or None, config=cfg.to_dict(), run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
+            await asyncio.to_thread(self.check_weight_sync, server.weights_version)
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
                 self._record(0, await self.evaluate(val_dataset), writer)
@@ -292,7 +294,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Update the learner's weights while generation continues on the served copy, then swap them in."""
         assert self.learner is not None and self.server is not None
         metrics = self.learner.step(samples, off_policy=True)
-        self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
+        version = self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
+        metrics.update(self.check_weight_sync(version))
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         metrics.update(self.server.swaps[-1].as_metrics())  # requests held during the swap, and how long
@@ -302,9 +305,17 @@ class GRPO(PolicyHandoff, RolloutCollection):
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples)
-        self.server.update_weights(self.learner.policy)
+        version = self.server.update_weights(self.learner.policy)
+        metrics.update(self.check_weight_sync(version))
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         return metrics
+
+    def check_weight_sync(self, version: int) -> Dict[str, float]:
+        """Verify that the policy server serves the learner's weights as `version` (`weight_sync.py`)."""
+        if not self.config.verify_weight_sync:
+            return {}
+        assert self.learner is not None and self.server is not None
+        return verify_weight_sync(self.learner, self.server, version, self.config.weight_sync_watch_per_layer)
 
     async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:
         """One rollout per validation task at `val_temperature`; returns `val_reward_mean` and counts."""

@@ -135,6 +135,7 @@ class RFT(GRPO):
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples, objective="nll")
-        self.server.update_weights(self.learner.policy)
+        version = self.server.update_weights(self.learner.policy)
+        metrics.update(self.check_weight_sync(version))
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         return metrics
