@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import statistics
 import time
@@ -26,6 +27,7 @@ from .batch import RolloutTriplets
 from .collect import RolloutCollection
 from .config import GRPOConfig
 from .determinism import deterministic_torch
+from .determinism_check import check_determinism, refuse_unless_passed, summary_line
 from .groups import GroupKey, PendingGroup, drop_tied_groups, has_advantage
 from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
@@ -105,6 +107,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.last_step = False
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
+        self.run_metadata: Dict[str, Any] = {}
+        """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
 
     # Setup -------------------------------------------------------------------------------------------
@@ -177,7 +181,9 @@ class GRPO(PolicyHandoff, RolloutCollection):
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
         tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
         try:
-            self.start_tracking(cfg.tracking or None, config=cfg.to_dict(), run_name="grpo", dir=tracking_dir)
+            await self._record_run_metadata(server)
+            tracked = {**cfg.to_dict(), **({"run": self.run_metadata} if cfg.deterministic else {})}
+            self.start_tracking(cfg.tracking or None, config=tracked, run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
             await asyncio.to_thread(self.check_weight_sync, server.weights_version)
             await self._publish_resources()
@@ -198,10 +204,37 @@ class GRPO(PolicyHandoff, RolloutCollection):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
                 logger.info("%s %s", self.NAME, format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
+            self._write_run_summary()
+            logger.info("%s run summary: %s", self.NAME, self.run_metadata["summary"]["line"])
             self.finish_tracking()
             await server.astop()
             if writer is not None and writer.path.exists():
                 plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+
+    async def _record_run_metadata(self, server: PolicyServer) -> None:
+        """Fill `run_metadata` (written to `run.json`); in deterministic mode run its self-check first."""
+        cfg = self.config
+        self.run_metadata = {"algorithm": self.NAME, "deterministic": cfg.deterministic, "seed": cfg.seed}
+        if cfg.deterministic:
+            report = await check_determinism(server.engine, server.engine.tokenizer)
+            self.run_metadata["determinism_check"] = report.as_dict()
+            self._write_run_summary()
+            refuse_unless_passed(report)
+            logger.info("%s %s", self.NAME, summary_line(report.as_dict(), 0))
+
+    def _write_run_summary(self) -> None:
+        """`run.json` beside the metrics file: the run's metadata, and once steps ran, its summary."""
+        check = self.run_metadata.get("determinism_check")
+        steps = sum(1 for r in self.history if "update_skipped" in r)
+        self.run_metadata["summary"] = {
+            "steps": steps,
+            "weight_syncs_verified": int(sum(r.get("weight_sync_verified", 0.0) for r in self.history)),
+            "line": summary_line(check, steps),
+        }
+        if self.metrics_path is not None:
+            path = self.metrics_path.with_name("run.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.run_metadata, indent=2, default=str) + "\n", encoding="utf-8")
 
     def elapsed_s(self) -> float:
         """Seconds counted against `time_budget_s`: since `run` began (a subclass may count otherwise)."""

@@ -27,23 +27,26 @@ from tests.support.tiny_model import tiny_model
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
 
-def _run(config: GRPOConfig, agent: Any = None) -> GRPO:
+def _small(tmp_path: Path, **overrides: Any) -> GRPOConfig:
+    """Two groups of two rollouts per step, short answers: the update happens, fast."""
+    values: Dict[str, Any] = {"group_size": 2, "max_new_tokens": 4, "checkpoint_dir": None, **overrides}
+    return _config(tmp_path, **values)
+
+
+def _run(config: GRPOConfig) -> GRPO:
     model, tokenizer = tiny_model()
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
-    if agent is None:
-        _fit(algorithm, InMemoryLightningStore())
-    else:
-        _fit(algorithm, InMemoryLightningStore(), agent=agent)
+    _fit(algorithm, InMemoryLightningStore())
     return algorithm
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"serve_dtype": "bfloat16"}, {"lora_rank": 4, "serve_dtype": "bfloat16"}, {"async_rollouts": True}],
-    ids=["shared", "bf16-copy", "lora-merged-copy", "async-swap"],
+    [{"lora_rank": 4, "serve_dtype": "bfloat16"}, {"async_rollouts": True}],
+    ids=["lora-merged-copy", "async-swap"],
 )
 def test_every_update_is_verified_against_the_served_fingerprint(tmp_path: Path, overrides: Dict[str, Any]) -> None:
-    algorithm = _run(_config(tmp_path, checkpoint_dir=None, **overrides))
+    algorithm = _run(_small(tmp_path, **overrides))
     assert [r["step"] for r in algorithm.history] == [1, 2]
     for record in algorithm.history:
         assert record["weight_sync_verified"] == 1.0 and record["weight_sync_tensors_checked"] >= 7, record
@@ -56,9 +59,7 @@ def test_a_lora_adapter_never_pushed_stops_the_run_at_the_first_sync(
         copy_adapter_weights(source, target, list(adapters)[:1])
 
     monkeypatch.setattr(engine_module, "copy_adapter_weights", push_the_first_adapter_only)
-    config = _config(
-        tmp_path, checkpoint_dir=None, lora_rank=4, roles=["planner", "coder"], async_rollouts=True, total_steps=3
-    )
+    config = _small(tmp_path, lora_rank=4, roles=["planner", "coder"], async_rollouts=True, total_steps=3)
     model, tokenizer = tiny_model()
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
     with pytest.raises(WeightSyncError, match=r"tensor '[^']*lora_B\.coder\.weight': served checksum") as caught:
@@ -97,7 +98,7 @@ def test_a_served_copy_loaded_wrongly_stops_the_run_at_the_first_sync(
 ) -> None:
     monkeypatch.setattr(engine_module, "merged_state_dict", loader)
     model, tokenizer = tiny_model()
-    config = _config(tmp_path, checkpoint_dir=None, serve_dtype="bfloat16", total_steps=3, **overrides)
+    config = _small(tmp_path, serve_dtype="bfloat16", total_steps=3, **overrides)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
     with pytest.raises(WeightSyncError, match=rf"learner step 1: .*tensor '{named}[^']*': served checksum"):
         _fit(algorithm, InMemoryLightningStore())
@@ -106,7 +107,7 @@ def test_a_served_copy_loaded_wrongly_stops_the_run_at_the_first_sync(
 
 def test_the_check_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine_module, "merged_state_dict", _layers_off_by_one)
-    config = _config(tmp_path, checkpoint_dir=None, serve_dtype="bfloat16", verify_weight_sync=False)
+    config = _small(tmp_path, serve_dtype="bfloat16", verify_weight_sync=False)
     algorithm = _run(config)
     assert [r["step"] for r in algorithm.history] == [1, 2]
     assert all("weight_sync_verified" not in r for r in algorithm.history)
