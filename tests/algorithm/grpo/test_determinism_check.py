@@ -28,7 +28,7 @@ class BatchSensitiveLlama(LlamaForCausalLM):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         out = super().forward(*args, **kwargs)
-        logits = out.logits
+        logits: Any = out.logits
         ramp = torch.linspace(0.0, 1.0, logits.shape[-1], dtype=logits.dtype, device=logits.device)
         out.logits = logits + 1e-3 * (logits.shape[0] - 1) * ramp
         return out
