@@ -107,6 +107,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.last_step = False
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
+        self._synced_version = 0
+        """The weights version the last weight-sync check verified."""
         self.run_metadata: Dict[str, Any] = {}
         """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
@@ -185,7 +187,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
             tracked = {**cfg.to_dict(), **({"run": self.run_metadata} if cfg.deterministic else {})}
             self.start_tracking(cfg.tracking or None, config=tracked, run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
-            await asyncio.to_thread(self.check_weight_sync, server.weights_version)
+            await asyncio.to_thread(self.check_weight_sync, initial=True)
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
                 self._record(0, await self.evaluate(val_dataset), writer)
@@ -327,28 +329,34 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Update the learner's weights while generation continues on the served copy, then swap them in."""
         assert self.learner is not None and self.server is not None
         metrics = self.learner.step(samples, off_policy=True)
-        version = self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
-        metrics.update(self.check_weight_sync(version))
+        self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         metrics.update(self.server.swaps[-1].as_metrics())  # requests held during the swap, and how long
+        metrics.update(self.check_weight_sync())
         return metrics
 
     def _locked_update(self, samples: Sequence[Any]) -> Dict[str, float]:
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples)
-        version = self.server.update_weights(self.learner.policy)
-        metrics.update(self.check_weight_sync(version))
+        self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
+        metrics.update(self.check_weight_sync())
         return metrics
 
-    def check_weight_sync(self, version: int) -> Dict[str, float]:
-        """Verify that the policy server serves the learner's weights as `version` (`weight_sync.py`)."""
+    def check_weight_sync(self, *, initial: bool = False) -> Dict[str, float]:
+        """Verify that the policy server serves the learner's weights (`weight_sync.py`); call it after
+        every push of the weights, each of which bumps the served version by one (`initial`: the run's
+        first check, which takes the served version as it is)."""
         if not self.config.verify_weight_sync:
             return {}
         assert self.learner is not None and self.server is not None
-        return verify_weight_sync(self.learner, self.server, version, self.config.weight_sync_watch_per_layer)
+        expected = self.server.weights_version if initial else self._synced_version + 1
+        per_layer = self.config.weight_sync_watch_per_layer
+        metrics = verify_weight_sync(self.learner, self.server, expected, per_layer)
+        self._synced_version = expected
+        return metrics
 
     async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:
         """One rollout per validation task at `val_temperature`; returns `val_reward_mean` and counts."""

@@ -135,7 +135,7 @@ class RFT(GRPO):
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples, objective="nll")
-        version = self.server.update_weights(self.learner.policy)
-        metrics.update(self.check_weight_sync(version))
+        self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
+        metrics.update(self.check_weight_sync())
         return metrics
