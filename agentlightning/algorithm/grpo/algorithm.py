@@ -107,11 +107,11 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.last_step = False
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
+        """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
         self._synced_version = 0
         """The weights version the last weight-sync check verified."""
         self.run_metadata: Dict[str, Any] = {}
         """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
-        """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
 
     # Setup -------------------------------------------------------------------------------------------
 
