@@ -102,16 +102,16 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.learner: Optional[GRPOLearner] = None
         self.server: Optional[PolicyServer] = None
         self.history: List[Dict[str, Any]] = []
+        self._synced_version = 0
+        """The weights version the last weight-sync check verified."""
+        self.run_metadata: Dict[str, Any] = {}
+        """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
         self.run_started = time.perf_counter()
         """When `run` began (reset there); `time_budget_s` counts from it."""
         self.last_step = False
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
-        self._synced_version = 0
-        """The weights version the last weight-sync check verified."""
-        self.run_metadata: Dict[str, Any] = {}
-        """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
 
     # Setup -------------------------------------------------------------------------------------------
 
