@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import torch
     from fastapi import FastAPI
 
-    from .server import PolicyServer
+    from .engine import PolicyEngine
 
 __all__ = [
     "FINGERPRINT_PATH",
@@ -178,16 +178,14 @@ def compare_fingerprints(expected: WeightsFingerprint, served: WeightsFingerprin
     return problems
 
 
-def add_fingerprint_route(app: FastAPI, server: PolicyServer) -> None:
-    """`GET /v1/weights/fingerprint?per_layer=N`: the fingerprint of the weights served right now.
-
-    It waits for the decode step in flight (the weights lock), so it never reads weights mid-swap.
+def add_fingerprint_route(app: FastAPI, engine: PolicyEngine) -> None:
+    """`GET /v1/weights/fingerprint?per_layer=N` on a policy server's app: the fingerprint of the weights
+    `engine` serves right now. It waits for the decode step in flight (the weights lock), so it never
+    reads weights mid-swap.
     """
     import asyncio
 
     from fastapi.responses import JSONResponse
-
-    engine = server.engine
 
     def compute(per_layer: int) -> WeightsFingerprint:
         with engine.exclusive():

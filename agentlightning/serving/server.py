@@ -423,7 +423,7 @@ def _build_app(server: PolicyServer) -> FastAPI:
         return JSONResponse(content=content)
 
     add_api_routes(app, server)
-    add_fingerprint_route(app, server)
+    add_fingerprint_route(app, server.engine)
     return app
 
 
