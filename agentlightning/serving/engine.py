@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Opt
 
 from ._prefix_cache import PrefixCache
 from ._rows import Launched, Row
+from .adapters import copy_adapter_weights
 from .admission import Admission
 from .models import eos_token_ids
 from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep
 from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
+from .weights import merged_state_dict, shares_parameters
 
 if TYPE_CHECKING:
     import torch
@@ -244,9 +246,6 @@ class PolicyEngine(Admission):
         peft model (the base is frozen). Waits for the step in flight.
         """
         import torch
-
-        from .adapters import copy_adapter_weights
-        from .weights import merged_state_dict, shares_parameters
 
         with self._weights_lock:
             if isinstance(source, torch.nn.Module):

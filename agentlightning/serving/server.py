@@ -2,7 +2,7 @@
 
 Routes: `POST /v1/chat/completions` (non-streaming and SSE streaming), `POST /v1/responses` and
 `POST /v1/messages` (`apis.py`), `GET /v1/models`, `GET /health`
-(also `/v1/health`). The server runs uvicorn on a background thread so a trainer in the same process can
+(also `/v1/health`), `GET /v1/weights/fingerprint` (`fingerprint.py`). The server runs uvicorn on a background thread so a trainer in the same process can
 update the weights it serves (`update_weights`) without a restart.
 
 Around a weight swap (`swap_weights`) the server pauses: new model requests wait (held, at most
@@ -35,11 +35,13 @@ from .completions import complete_chat as _complete
 from .completions import usage as _usage
 from .completions import wants_token_ids as _wants_token_ids
 from .engine import CompletionStream, PolicyEngine, SequenceDelta
+from .fingerprint import add_fingerprint_route
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
 from .shell import OpenAIServer
 
 if TYPE_CHECKING:
     import torch
+    from fastapi import FastAPI
     from starlette.requests import Request
     from starlette.responses import Response
     from transformers import PreTrainedTokenizerBase
@@ -158,6 +160,14 @@ class PolicyServer(OpenAIServer):
         """How long each `update_weights` took (ms), the copy into a served copy included."""
 
     # Lifecycle ---------------------------------------------------------------------------------------
+
+    @property
+    def app(self) -> FastAPI:
+        """The shared OpenAI app, plus `GET /v1/weights/fingerprint` (what these weights are, checked by learners)."""
+        if self._app is None:
+            self._app = super().app
+            add_fingerprint_route(self._app, self.engine)
+        return self._app
 
     def health(self) -> Dict[str, Any]:
         return {"status": "ok", "weights_version": self.weights_version}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import statistics
 import time
@@ -26,10 +27,12 @@ from .batch import RolloutTriplets
 from .collect import RolloutCollection
 from .config import GRPOConfig
 from .determinism import deterministic_torch
+from .determinism_check import check_determinism, refuse_unless_passed, summary_line
 from .groups import GroupKey, PendingGroup, drop_tied_groups, has_advantage
 from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_resource_name
+from .weight_sync import verify_weight_sync
 
 if TYPE_CHECKING:
     import torch
@@ -107,6 +110,10 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.server: Optional[PolicyServer] = None
 
         self.history: List[Dict[str, Any]] = []
+        self._synced_version = 0
+        """The weights version the last weight-sync check verified."""
+        self.run_metadata: Dict[str, Any] = {}
+        """What `run.json` holds: the mode, the deterministic self-check (`determinism_check.py`), a summary."""
         self.run_started = time.perf_counter()
         """When `run` began (reset there); `time_budget_s` counts from it."""
         self.last_step = False
@@ -188,8 +195,11 @@ class GRPO(PolicyHandoff, RolloutCollection):
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
         tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
         try:
-            self.start_tracking(cfg.tracking or None, config=cfg.to_dict(), run_name="grpo", dir=tracking_dir)
+            await self._record_run_metadata(server)
+            tracked = {**cfg.to_dict(), **({"run": self.run_metadata} if cfg.deterministic else {})}
+            self.start_tracking(cfg.tracking or None, config=tracked, run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
+            await asyncio.to_thread(self.check_weight_sync, initial=True)
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
                 self._record(0, await self.evaluate(val_dataset), writer)
@@ -208,10 +218,37 @@ class GRPO(PolicyHandoff, RolloutCollection):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
                 logger.info("%s %s", self.NAME, format_metrics(step + 1, metrics, _LOGGED_KEYS))
         finally:
+            self._write_run_summary()
+            logger.info("%s run summary: %s", self.NAME, self.run_metadata["summary"]["line"])
             self.finish_tracking()
             await server.astop()
             if writer is not None and writer.path.exists():
                 plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+
+    async def _record_run_metadata(self, server: PolicyServer) -> None:
+        """Fill `run_metadata` (written to `run.json`); in deterministic mode run its self-check first."""
+        cfg = self.config
+        self.run_metadata = {"algorithm": self.NAME, "deterministic": cfg.deterministic, "seed": cfg.seed}
+        if cfg.deterministic:
+            report = await check_determinism(server.engine, server.engine.tokenizer)
+            self.run_metadata["determinism_check"] = report.as_dict()
+            self._write_run_summary()
+            refuse_unless_passed(report)
+            logger.info("%s %s", self.NAME, summary_line(report.as_dict(), 0))
+
+    def _write_run_summary(self) -> None:
+        """`run.json` beside the metrics file: the run's metadata, and once steps ran, its summary."""
+        check = self.run_metadata.get("determinism_check")
+        steps = sum(1 for r in self.history if "update_skipped" in r)
+        self.run_metadata["summary"] = {
+            "steps": steps,
+            "weight_syncs_verified": int(sum(r.get("weight_sync_verified", 0.0) for r in self.history)),
+            "line": summary_line(check, steps),
+        }
+        if self.metrics_path is not None:
+            path = self.metrics_path.with_name("run.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.run_metadata, indent=2, default=str) + "\n", encoding="utf-8")
 
     def elapsed_s(self) -> float:
         """Seconds counted against `time_budget_s`: since `run` began (a subclass may count otherwise)."""
@@ -308,6 +345,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         metrics.update(self.server.swaps[-1].as_metrics())  # requests held during the swap, and how long
+        metrics.update(self.check_weight_sync())
         return metrics
 
     def _locked_update(self, samples: Sequence[Any]) -> Dict[str, float]:
@@ -316,6 +354,20 @@ class GRPO(PolicyHandoff, RolloutCollection):
             metrics = self.learner.step(samples)
         self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
+        metrics.update(self.check_weight_sync())
+        return metrics
+
+    def check_weight_sync(self, *, initial: bool = False) -> Dict[str, float]:
+        """Verify that the policy server serves the learner's weights (`weight_sync.py`); call it after
+        every push of the weights, each of which bumps the served version by one (`initial`: the run's
+        first check, which takes the served version as it is)."""
+        if not self.config.verify_weight_sync:
+            return {}
+        assert self.learner is not None and self.server is not None
+        expected = self.server.weights_version if initial else self._synced_version + 1
+        per_layer = self.config.weight_sync_watch_per_layer
+        metrics = verify_weight_sync(self.learner, self.server, expected, per_layer)
+        self._synced_version = expected
         return metrics
 
     async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:

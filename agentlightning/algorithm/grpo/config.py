@@ -54,6 +54,13 @@ class GRPOConfig:
     (`async_rollouts` must be off), the policy server decodes one request at a time without prefix cache
     and seeds each request from its content (not its arrival), a step's rollouts are put in a canonical
     order (by group, then token ids) before the update, and torch runs deterministic algorithms."""
+    verify_weight_sync: bool = True
+    """After every update (and at the start), ask the policy server for the fingerprint of what it serves
+    (version, adapters, checksums of watched tensors; `serving/fingerprint.py`) and compare it with the
+    learner's weights; a difference stops the run with `WeightSyncError` naming the tensor."""
+    weight_sync_watch_per_layer: int = 2
+    """Tensors the weight-sync check watches per layer (and per adapter and layer), spread evenly by name;
+    tensors outside layers are all watched; 0 watches every tensor."""
     val_interval: int = 0
     """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
     val_temperature: float = 0.0
@@ -177,6 +184,7 @@ class GRPOConfig:
             "max_prompt_length": self.max_prompt_length >= 1,
             "max_response_length": self.max_response_length >= 1,
             "time_budget_s": self.time_budget_s is None or self.time_budget_s > 0,
+            "weight_sync_watch_per_layer": self.weight_sync_watch_per_layer >= 0,
         }
         self.roles = normalize_roles(self.roles)
         self.tracking = parse_backends(self.tracking)

@@ -12,11 +12,13 @@ Timing decides three things in a default run, and each is pinned here or in the 
   (`canonical_order`) before the advantages and micro-batches are formed.
 
 Torch itself runs with `torch.use_deterministic_algorithms(True)` for the run (`deterministic_torch`).
+Before the run starts, `determinism_check.py` proves that all this applies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Iterator, List, Sequence, Tuple
 
 from ...adapter.trajectory import triplet_tokens
@@ -44,15 +46,24 @@ def canonical_order(rollouts: Sequence[RolloutTriplets]) -> List[RolloutTriplets
 
 @contextlib.contextmanager
 def deterministic_torch(enabled: bool) -> Iterator[None]:
-    """`torch.use_deterministic_algorithms(True)` while in the block (restored after), when `enabled`."""
+    """`torch.use_deterministic_algorithms(True)` while in the block (restored after), when `enabled`.
+
+    It also sets `CUBLAS_WORKSPACE_CONFIG=:4096:8` when unset (cuBLAS reads it when CUDA is first used, which
+    in a GRPO run is later, when the model moves to the device); the self-check reports it if it is missing.
+    """
     if not enabled:
         yield
         return
     import torch
 
     before = torch.are_deterministic_algorithms_enabled()
+    added_cublas = "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    if added_cublas:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before)
+        if added_cublas:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)

@@ -105,4 +105,5 @@ class RFT(GRPO):
             metrics = self.learner.step(samples, objective="nll")
         self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
+        metrics.update(self.check_weight_sync())
         return metrics
