@@ -135,9 +135,10 @@ async def test_filter_by_status_mode_and_id(http: httpx.AsyncClient, seeded: See
     assert all(needle in r["rollout_id"] for r in found)
 
 
-@pytest.mark.parametrize("mode_in", [None, "train"])
 async def test_filter_by_run_and_the_runs_listed(http: httpx.AsyncClient) -> None:
-    tagged = [{"input": i, "metadata": {"agl_run": run}} for i, run in enumerate(["a.py 10:00", "b.py 10:01", "a.py 10:00"])]
+    tagged = [
+        {"input": i, "metadata": {"agl_run": run}} for i, run in enumerate(["a.py 10:00", "b.py 10:01", "a.py 10:00"])
+    ]
     response = await http.post(API + "/queues/rollouts/enqueue", json={"rollouts": tagged})
     assert response.status_code == 201, response.text
     ids = [r["rollout_id"] for r in response.json()]
@@ -151,6 +152,7 @@ async def test_filter_by_run_and_the_runs_listed(http: httpx.AsyncClient) -> Non
     assert set(page["runs"]) == {"a.py 10:00", "b.py 10:01"}
 
 
+@pytest.mark.parametrize("mode_in", [None, "train"])
 async def test_pages_cover_every_match_once_in_order(http: httpx.AsyncClient, seeded: Seeded, mode_in: Any) -> None:
     params: dict[str, Any] = {"sort_by": "start_time", "sort_order": "asc", "limit": 4}
     if mode_in:
