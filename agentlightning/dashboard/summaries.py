@@ -159,9 +159,7 @@ async def summarize_rollouts(
             sort_order=sort_order,
         )
         matching = [
-            r
-            for r in everything
-            if (not mode_in or r.mode in mode_in) and (not run_in or (run_of(r) or "") in run_in)
+            r for r in everything if (not mode_in or r.mode in mode_in) and (not run_in or (run_of(r) or "") in run_in)
         ]
         total = len(matching)
         rollouts = paginate(matching, limit, offset)
