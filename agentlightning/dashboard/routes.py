@@ -6,7 +6,7 @@ Endpoints (prefix `/v1/agl`, behind the server's bearer token like the rest of t
 |---|---|---|
 | GET | /dashboard/info | `{status, server_time, version, store}`; the pages' connection check and clock |
 | GET | /dashboard/overview | rollouts and workers counted by status (and live/offline), store statistics |
-| GET | /dashboard/rollouts | a page of rollout rows with attempts, duration, final reward, error and run |
+| GET | /dashboard/rollouts | a page of rollout rows with attempts, duration, final reward, error and run (`run_in` filters) |
 | GET | /dashboard/workers | a page of workers with the status shown (busy, idle, offline, unknown), and counts |
 | GET | /rollouts/{rollout_id}/triplets | triplets + drop report of an attempt (`attempt_id`, default latest) |
 | GET | /analytics/rewards | final reward of the most recently finished rollouts, oldest first |
@@ -125,6 +125,7 @@ async def rollouts(
     request: Request,
     status_in: Optional[list[str]] = Query(None),
     mode_in: Optional[list[str]] = Query(None),
+    run_in: Optional[list[str]] = Query(None),
     rollout_id_contains: Optional[str] = None,
     sort_by: Optional[str] = "start_time",
     sort_order: str = "desc",
@@ -136,6 +137,7 @@ async def rollouts(
         _caches(request).rewards,
         status_in=status_in,
         mode_in=mode_in,
+        run_in=run_in,
         rollout_id_contains=rollout_id_contains or None,
         sort_by=sort_by,
         sort_order=sort_order,  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ __all__ = [
     "RolloutSummaryPage",
     "failure_of",
     "input_preview",
+    "run_names",
     "run_of",
     "summarize_rollouts",
 ]
@@ -61,6 +62,8 @@ class RolloutSummaryPage(BaseModel):
     offset: int
     total: int
     status_counts: dict[str, int]
+    runs: list[str] = []
+    """Every run name among the store's rollouts, the most recently started first (the run filter's options)."""
 
 
 def input_preview(value: Any, limit: int = INPUT_PREVIEW_CHARS) -> str:
@@ -133,11 +136,13 @@ async def summarize_rollouts(
     sort_order: SortOrder = "desc",
     limit: int = 20,
     offset: int = 0,
+    run_in: Optional[Sequence[str]] = None,
 ) -> RolloutSummaryPage:
-    """One page of rollout rows filtered by status, mode and id substring.
+    """One page of rollout rows filtered by status, mode, run and id substring.
 
-    Status and id filters run in the store. The store contract has no mode filter, so with `mode_in`
-    the matching rollouts are read in full and filtered here before paging.
+    Status and id filters run in the store. The store contract has no mode or run filter, so with
+    `mode_in` or `run_in` the matching rollouts are read in full and filtered here before paging
+    (`""` in `run_in` stands for rollouts no run tagged).
     """
     check_pagination(limit, offset)
     check_sort("rollout", sort_by, sort_order)
@@ -146,14 +151,16 @@ async def summarize_rollouts(
     for mode in mode_in or []:
         check_mode(mode)
     statuses = list(status_in) if status_in else None
-    if mode_in:
+    if mode_in or run_in:
         everything = await store.query_rollouts(
             status_in=statuses,  # type: ignore[arg-type]
             rollout_id_contains=rollout_id_contains,
             sort_by=sort_by,
             sort_order=sort_order,
         )
-        matching = [r for r in everything if r.mode in mode_in]
+        matching = [
+            r for r in everything if (not mode_in or r.mode in mode_in) and (not run_in or (run_of(r) or "") in run_in)
+        ]
         total = len(matching)
         rollouts = paginate(matching, limit, offset)
     else:
@@ -174,4 +181,15 @@ async def summarize_rollouts(
         offset=offset,
         total=total,
         status_counts=await status_counts(store),
+        runs=await run_names(store),
     )
+
+
+async def run_names(store: LightningStore) -> list[str]:
+    """The run names among the store's rollouts, the most recently started run first."""
+    started: dict[str, float] = {}
+    for rollout in await store.query_rollouts():
+        run = run_of(rollout)
+        if run is not None:
+            started[run] = max(started.get(run, rollout.start_time), rollout.start_time)
+    return sorted(started, key=lambda run: -started[run])

@@ -302,8 +302,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     continue
                 reported.add(process.name)
                 logger.error(
-                    "%s; a rollout it was running finishes only if its RolloutConfig retries unresponsive "
-                    "attempts, else the run stops once nothing moves for AGL_STALL_SECONDS",
+                    "%s; the store retries or fails a rollout it was running once that attempt was silent for "
+                    "its RolloutConfig.unresponsive_seconds (300 s by default)",
                     _exits([process]),
                 )
             if any(p.is_alive() for p in processes):

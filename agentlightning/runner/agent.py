@@ -226,7 +226,7 @@ class LitAgentRunner(RolloutResults[T_task], Runner[T_task]):
         """
 
         async def claim_one() -> tuple[list[AttemptedRollout], contextvars.Context]:
-            claimed = await store.wait_for_dequeue(timeout=self._poll_interval, worker_id=worker_id)
+            claimed = await store.wait_for_dequeue(timeout=self._poll_interval, worker_id=worker_id, run=self.run_name)
             return claimed, contextvars.copy_context()
 
         claim = asyncio.ensure_future(claim_one())

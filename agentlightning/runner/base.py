@@ -35,6 +35,10 @@ class Runner(ParallelWorkerBase, ABC, Generic[T_task]):
     `teardown`. `run_context` does the lifecycle around a `with` block, for scripts and debugging.
     """
 
+    run_name: Optional[str] = None
+    """When set, `iter()` claims only the rollouts of this run (`metadata["agl_run"]`): `Trainer.fit` sets it,
+    so that several runs can share one store without taking each other's rollouts."""
+
     @abstractmethod
     def init(self, agent: LitAgent[T_task], **kwargs: Any) -> None:
         """Prepare to run `agent` (once per process)."""

@@ -225,6 +225,15 @@ def check_worker_id(worker_id: Any) -> None:
     check_text("worker_id", worker_id)
 
 
+def check_run(run: Any) -> None:
+    """An optional run name a dequeue is limited to (`metadata["agl_run"]` of the rollouts it may claim)."""
+    if run is not None and not isinstance(run, str):
+        raise ValueError(f"run must be a string or None, got {type(run).__name__}")
+    if run == "":
+        raise ValueError("run must not be empty; pass None to claim the rollouts of every run")
+    check_text("run", run)
+
+
 # ---- attempts and workers ----
 
 

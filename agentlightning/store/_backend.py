@@ -65,8 +65,9 @@ class BackendLightningStore(LightningStore):
         """Store new `queuing` rollouts (all or none) at the tail of the queue."""
 
     @abstractmethod
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
-        """Claim up to `limit` queued rollouts, each with a new attempt; records the worker's dequeue."""
+    async def _dequeue(self, limit: int, worker_id: Optional[str], run: Optional[str] = None) -> list[AttemptedRollout]:
+        """Claim up to `limit` queued rollouts (of `run` only, when given), each with a new attempt; records the
+        worker's dequeue."""
 
     @abstractmethod
     async def _finished(self, rollout_ids: list[str]) -> tuple[list[Rollout], bool]:
@@ -104,37 +105,44 @@ class BackendLightningStore(LightningStore):
 
     @tracked("rollouts")
     @healthcheck_before
-    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+    async def dequeue_rollout(
+        self, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> Optional[AttemptedRollout]:
         arguments.check_worker_id(worker_id)
-        claimed = await self._dequeue(1, worker_id)
+        arguments.check_run(run)
+        claimed = await self._dequeue(1, worker_id, run)
         return claimed[0] if claimed else None
 
     @tracked("rollouts")
     @healthcheck_before
-    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> list[AttemptedRollout]:
         arguments.check_dequeue_limit(limit)
         arguments.check_worker_id(worker_id)
+        arguments.check_run(run)
         if limit <= 0:
             return []
-        return await self._dequeue(limit, worker_id)
+        return await self._dequeue(limit, worker_id, run)
 
     @tracked("rollouts")
     @healthcheck_before
     async def wait_for_dequeue(
-        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
     ) -> list[AttemptedRollout]:
         wait = arguments.check_dequeue_wait(timeout)
         arguments.check_dequeue_limit(limit)
         arguments.check_worker_id(worker_id)
+        arguments.check_run(run)
         if limit <= 0:
             return []
         if wait == 0:
-            return await self._dequeue(limit, worker_id)
+            return await self._dequeue(limit, worker_id, run)
         return await dequeue_when_available(
             self._queue_waiters,
             wait,
             self.queue_poll_seconds,
-            lambda: self._dequeue(limit, worker_id),
+            lambda: self._dequeue(limit, worker_id, run),
             self._watchdog.maybe_scan,
         )
 

@@ -200,24 +200,32 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
             for r in rollouts
         ]
 
-    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
-        """Claim the head of the queue (FIFO) and create its next attempt; None when empty."""
+    async def dequeue_rollout(
+        self, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> Optional[AttemptedRollout]:
+        """Claim the head of the queue (FIFO) and create its next attempt; None when empty.
+
+        With `run`, only rollouts whose `metadata["agl_run"]` is `run` are claimed (the queue of one run
+        on a store several runs share); the others stay queued in their order.
+        """
         raise NotImplementedError(_unimplemented(self, "dequeue_rollout"))
 
-    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
-        """Claim up to `limit` rollouts."""
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        """Claim up to `limit` rollouts (of `run` only, when given)."""
         claimed: list[AttemptedRollout] = []
         for _ in range(max(limit, 0)):
-            rollout = await self.dequeue_rollout(worker_id=worker_id)
+            rollout = await self.dequeue_rollout(worker_id=worker_id, **_run_filter(run))
             if rollout is None:
                 break
             claimed.append(rollout)
         return claimed
 
     async def wait_for_dequeue(
-        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
     ) -> list[AttemptedRollout]:
-        """Claim up to `limit` rollouts, waiting up to `timeout` seconds for one while the queue is empty.
+        """Claim up to `limit` rollouts (of `run` only, when given), waiting up to `timeout` seconds for one while the queue is empty.
 
         Returns as soon as something is claimed, or an empty list once `timeout` passed (`timeout=0` is
         `dequeue_many_rollouts`). This default re-asks `dequeue_many_rollouts` every `queue_poll_seconds`;
@@ -227,7 +235,7 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
         if limit <= 0:
             return []
         while True:
-            claimed = await self.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
+            claimed = await self.dequeue_many_rollouts(limit=limit, worker_id=worker_id, **_run_filter(run))
             remaining = deadline - time.monotonic()
             if claimed or remaining <= 0:
                 return claimed
@@ -445,3 +453,8 @@ class LightningStore(ABC):  # noqa: B024 (ABC so backends can declare their own 
     async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
         """Record a worker heartbeat (upserting the worker). Not an attempt heartbeat."""
         raise NotImplementedError(_unimplemented(self, "update_worker"))
+
+
+def _run_filter(run: Optional[str]) -> dict[str, str]:
+    """`run=` only when a run is asked for: stores written against v0.3 know no such argument."""
+    return {} if run is None else {"run": run}

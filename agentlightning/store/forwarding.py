@@ -81,14 +81,18 @@ class ForwardingLightningStore(LightningStore):
     async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         return await self._forward("enqueue_many_rollouts", _arguments(locals()))
 
-    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+    async def dequeue_rollout(
+        self, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> Optional[AttemptedRollout]:
         return await self._forward("dequeue_rollout", _arguments(locals()))
 
-    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> list[AttemptedRollout]:
         return await self._forward("dequeue_many_rollouts", _arguments(locals()))
 
     async def wait_for_dequeue(
-        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
     ) -> list[AttemptedRollout]:
         return await self._forward("wait_for_dequeue", _arguments(locals()))
 

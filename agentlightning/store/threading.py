@@ -126,7 +126,7 @@ class LightningStoreThreaded(ForwardingLightningStore):
                 self._waiters.discard(waiter)
 
     async def wait_for_dequeue(
-        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
     ) -> list[AttemptedRollout]:
         wait = arguments.check_dequeue_wait(timeout)
         arguments.check_dequeue_limit(limit)
@@ -139,7 +139,7 @@ class LightningStoreThreaded(ForwardingLightningStore):
         try:
             while True:
                 async with self._locked():
-                    claimed = await self.store.dequeue_many_rollouts(limit=limit, worker_id=worker_id)
+                    claimed = await self.store.dequeue_many_rollouts(limit=limit, worker_id=worker_id, run=run)
                 remaining = deadline - time.monotonic()
                 if claimed or remaining <= 0:
                     return claimed

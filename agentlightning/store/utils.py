@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union, overload
 
 from pydantic import BaseModel
 
+from agentlightning.semconv import AGL_RUN
 from agentlightning.types import (
     ATTEMPT_STATUSES,
     QUEUING_ROLLOUT_STATUSES,
@@ -51,6 +52,7 @@ __all__ = [
     "worker_status_from_attempt",
     "is_terminal",
     "is_queuing",
+    "run_of",
     "check_rollout_status",
     "check_attempt_status",
     "check_worker_status",
@@ -166,6 +168,12 @@ def is_terminal(status: str) -> bool:
 
 def is_queuing(status: str) -> bool:
     return status in QUEUING_ROLLOUT_STATUSES
+
+
+def run_of(rollout: Rollout) -> Optional[str]:
+    """The run that created the rollout (`metadata["agl_run"]`, set by `Trainer.fit`/`dev`), if any."""
+    run = (rollout.metadata or {}).get(AGL_RUN)
+    return run if isinstance(run, str) else None
 
 
 def rollout_status_for_attempt(attempt: Attempt, config: RolloutConfig) -> RolloutStatus:

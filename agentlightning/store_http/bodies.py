@@ -174,6 +174,8 @@ class EnqueueBody(_Body):
 class DequeueBody(_Body):
     limit: Int64 = 1
     worker_id: Optional[str] = None
+    # Only rollouts of this run (metadata "agl_run"): the queue of one run on a store several runs share.
+    run: Optional[Annotated[str, Field(min_length=1)]] = None
     # Long-poll: seconds to wait for a rollout while the queue is empty (capped by the server); 0/None: answer now.
     wait: Optional[Seconds] = None
 

@@ -14,7 +14,13 @@ from typing import Any, Optional
 
 import aiohttp
 
-from agentlightning.store._arguments import check_dequeue_wait, check_resources, check_wait_timeout, check_worker_id
+from agentlightning.store._arguments import (
+    check_dequeue_wait,
+    check_resources,
+    check_run,
+    check_wait_timeout,
+    check_worker_id,
+)
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities, is_unset
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import (
@@ -161,23 +167,29 @@ class LightningStoreClient(StoreTransport, ForwardingLightningStore):
             check_documents(dict(fields), f"rollouts[{i}].")  # type: ignore[arg-type]
         return await self._call(_ROLLOUTS, "POST", "/queues/rollouts/enqueue", {"rollouts": list(rollouts)})
 
-    async def dequeue_rollout(self, worker_id: Optional[str] = None) -> Optional[AttemptedRollout]:
+    async def dequeue_rollout(
+        self, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> Optional[AttemptedRollout]:
         """Claim the next rollout; None when the queue is empty.
 
         Errors are raised, never read as an empty queue: a refused token or request at once, a server
         that stays unreachable once the retry budget is spent.
         """
         check_worker_id(worker_id)
-        claimed = await self._dequeue(1, worker_id)
+        check_run(run)
+        claimed = await self._dequeue(1, worker_id, run)
         return claimed[0] if claimed else None
 
-    async def dequeue_many_rollouts(self, *, limit: int = 1, worker_id: Optional[str] = None) -> list[AttemptedRollout]:
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        check_run(run)
         if limit <= 0:
             return []
-        return await self._dequeue(limit, worker_id)
+        return await self._dequeue(limit, worker_id, run)
 
     async def wait_for_dequeue(
-        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None
+        self, *, timeout: float, limit: int = 1, worker_id: Optional[str] = None, run: Optional[str] = None
     ) -> list[AttemptedRollout]:
         """Long-poll the server's queue: claimed rollouts as soon as one is enqueued, or [] after `timeout`.
 
@@ -185,6 +197,7 @@ class LightningStoreClient(StoreTransport, ForwardingLightningStore):
         """
         wait = check_dequeue_wait(timeout)
         check_worker_id(worker_id)
+        check_run(run)
         if limit <= 0:
             return []
         loop = asyncio.get_running_loop()
@@ -194,7 +207,7 @@ class LightningStoreClient(StoreTransport, ForwardingLightningStore):
             poll = min(max(0.0, deadline - began), self.wait_poll_seconds) if self._server_long_polls else 0.0
             headers: dict[str, str] = {}
             try:
-                claimed = await self._dequeue(limit, worker_id, wait=poll, response_headers=headers)
+                claimed = await self._dequeue(limit, worker_id, run, wait=poll, response_headers=headers)
             except LightningStoreRequestError as exc:
                 if poll == 0 or "wait" not in str(exc):
                     raise
@@ -216,6 +229,7 @@ class LightningStoreClient(StoreTransport, ForwardingLightningStore):
         self,
         limit: int,
         worker_id: Optional[str],
+        run: Optional[str] = None,
         *,
         wait: float = 0.0,
         response_headers: Optional[dict[str, str]] = None,
@@ -223,6 +237,8 @@ class LightningStoreClient(StoreTransport, ForwardingLightningStore):
         """Claim rollouts, keeping the resources versions the server reports for them (see `_resources_hint`)."""
         headers: dict[str, str] = {} if response_headers is None else response_headers
         payload: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+        if run is not None:  # sent only when set: an older server refuses the unknown field
+            payload["run"] = run
         timeout: Optional[aiohttp.ClientTimeout] = None
         if wait > 0:
             payload["wait"] = wait

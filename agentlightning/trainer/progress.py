@@ -6,6 +6,11 @@ rollouts done per mode, failures, running and queued. When the run's unfinished 
 moved for `stall_timeout` seconds (default 180, env `AGL_STALL_SECONDS`) and no runner can move them
 (the runners holding them sent no heartbeat in that time, and none is alive to take the queued ones),
 it raises `RunError` saying what it waited for, instead of waiting for ever.
+
+A rollout held by a runner that died is not a stall while the store can still settle it: the store's
+watchdog marks its attempt `unresponsive` once it was silent for `RolloutConfig.unresponsive_seconds`
+(300 s by default) or `timeout` after `timeout_seconds`, then retries or fails it. The run waits for that
+(plus `SETTLE_GRACE_SECONDS`), so the attempt ends as documented and the algorithm sees it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from agentlightning.types import QUEUING_ROLLOUT_STATUSES, TERMINAL_ROLLOUT_STAT
 
 from .run_store import RunStore
 
-__all__ = ["PROGRESS_INTERVAL_SECONDS", "STALL_TIMEOUT_SECONDS", "STALL_ENV", "RunProgress", "format_duration"]
+__all__ = [
+    "PROGRESS_INTERVAL_SECONDS",
+    "SETTLE_GRACE_SECONDS",
+    "STALL_TIMEOUT_SECONDS",
+    "STALL_ENV",
+    "RunProgress",
+    "format_duration",
+    "settled_by",
+]
 
 T = TypeVar("T")
 
@@ -34,6 +47,9 @@ STALL_TIMEOUT_SECONDS = 180.0
 """Seconds without any rollout of the run moving, and no runner able to move one, before the run fails."""
 
 STALL_ENV = LightningEnvVar.AGL_STALL_SECONDS.value
+
+SETTLE_GRACE_SECONDS = 30.0
+"""After a held attempt's silence limit or timeout, how long the store's watchdog gets to settle it."""
 
 _CHECK_SECONDS = 2.0
 _MODE_ORDER = {"train": 0, "val": 1, "test": 2}
@@ -53,6 +69,19 @@ def format_duration(seconds: float) -> str:
 
 def stall_timeout_from_env() -> float:
     return float(resolve_int_env_var(STALL_ENV, fallback=int(STALL_TIMEOUT_SECONDS)))
+
+
+def settled_by(rollout: AttemptedRollout) -> Optional[float]:
+    """When the store's watchdog ends the rollout's live attempt if its runner stays silent (epoch seconds):
+    its silence limit after the last heartbeat, or its timeout, whichever comes first; None when it has neither."""
+    attempt, config = rollout.attempt, rollout.config
+    limits: list[float] = []
+    if config.unresponsive_seconds is not None:
+        since = attempt.last_heartbeat_time if attempt.last_heartbeat_time is not None else attempt.start_time
+        limits.append(since + config.unresponsive_seconds)
+    if config.timeout_seconds is not None:
+        limits.append(attempt.start_time + config.timeout_seconds)
+    return min(limits) if limits else None
 
 
 class RunProgress:
@@ -80,6 +109,7 @@ class RunProgress:
         self._finished: dict[str, tuple[str, str]] = {}  # rollout id -> (mode, status), once terminal
         self._snapshot: Counter[tuple[str, str]] = Counter()
         self._holders: set[Optional[str]] = set()  # workers of the run's rollouts now preparing or running
+        self._held: list[AttemptedRollout] = []  # those rollouts
 
     async def run_alongside(self, algorithm: Awaitable[T]) -> T:
         """Await `algorithm` while watching; a stall cancels it and raises `RunError`."""
@@ -125,6 +155,7 @@ class RunProgress:
         pending = [rid for rid in self.store.rollout_ids if rid not in self._finished]
         snapshot: Counter[tuple[str, str]] = Counter(self._finished.values())
         holders: set[Optional[str]] = set()
+        held: list[AttemptedRollout] = []
         if pending:
             for rollout in await self.store.query_rollouts(rollout_id_in=pending):
                 key = (rollout.mode or "unset", rollout.status)
@@ -133,7 +164,9 @@ class RunProgress:
                     self._finished[rollout.rollout_id] = key
                 elif rollout.status not in QUEUING_ROLLOUT_STATUSES:
                     holders.add(rollout.attempt.worker_id if isinstance(rollout, AttemptedRollout) else None)
-        self._holders = holders
+                    if isinstance(rollout, AttemptedRollout):
+                        held.append(rollout)
+        self._holders, self._held = holders, held
         moved = snapshot != self._snapshot
         self._snapshot = snapshot
         return moved
@@ -142,10 +175,14 @@ class RunProgress:
         """Whether a live runner holds one of the unfinished rollouts, or could take a queued one.
 
         A runner is live when it sent a heartbeat within the stall timeout. Runners that send none (their
-        heartbeat is off) cannot be judged: a rollout they hold counts as moving.
+        heartbeat is off) cannot be judged: a rollout they hold counts as moving. A rollout whose runner died
+        moves too, until the store's watchdog had time to retry or fail its attempt (`settled_by`).
         """
+        now = time.time()
+        if any((by := settled_by(r)) is not None and now < by + SETTLE_GRACE_SECONDS for r in self._held):
+            return True
         workers = {w.worker_id: w for w in await self.store.query_workers()}
-        cutoff = time.time() - self.stall_timeout
+        cutoff = now - self.stall_timeout
         live = {wid for wid, w in workers.items() if (w.last_heartbeat_time or 0.0) >= cutoff}
         if any(holder in live or holder not in workers for holder in self._holders):
             return True

@@ -1,8 +1,9 @@
 """The store as the algorithm of one `fit`/`dev` sees it: every rollout it creates is tagged with the run.
 
-Several scripts can send their runs to one store (`agl store` and `AGL_STORE_URL`); the tag lets the
-dashboard keep their reward curves apart, and the ids remembered here let the run's progress lines and
-summary count this run's rollouts only.
+Several scripts can send their runs to one store (`agl store` and `AGL_STORE_URL`); the tag keeps them
+apart: the run's runners dequeue only rollouts with its tag (`Runner.run`), the dashboard draws one reward
+curve per run, and the ids remembered here let the run's progress lines and summary count this run's
+rollouts only.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import EnqueueRolloutRequest, Hook, Rollout
 
 if TYPE_CHECKING:
-    from agentlightning.litagent import LitAgent
-    from agentlightning.runner.base import Runner
+    pass
 
-__all__ = ["RUN_METADATA_KEY", "RunStore", "ForeignRolloutWarning", "default_run_name"]
+__all__ = ["RUN_METADATA_KEY", "RunStore", "default_run_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,30 +85,3 @@ class RunStore(ForwardingLightningStore):
             created: Sequence[Rollout] = result
             self.rollout_ids.extend(r.rollout_id for r in created)
         return result
-
-
-class ForeignRolloutWarning(Hook):
-    """Says (once per runner process) when a runner of run `run` takes a rollout another run enqueued.
-
-    A store's queue is shared: two scripts running at once against one `agl store` run each other's
-    rollouts with their own agents, and a run interrupted earlier leaves queued rollouts that the next
-    run's runners take. Either way the user should hear it instead of seeing strange failures.
-    """
-
-    def __init__(self, run: str) -> None:
-        self.own_run = run
-        self.warned = False
-
-    async def on_rollout_start(self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout) -> None:
-        owner = (rollout.metadata or {}).get(RUN_METADATA_KEY)
-        if self.warned or owner is None or owner == self.own_run:
-            return
-        self.warned = True
-        logger.warning(
-            "rollout %s was enqueued by run %r, not by this run (%r): another run shares this store (or left "
-            "rollouts queued), and the runners of each run take the other's rollouts. Run one script at a "
-            "time per store, or start one `agl store --port ...` per script.",
-            rollout.rollout_id,
-            owner,
-            self.own_run,
-        )

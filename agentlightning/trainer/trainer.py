@@ -32,7 +32,7 @@ from .init_utils import build_component
 from .progress import PROGRESS_INTERVAL_SECONDS, RunProgress, format_duration
 from .registry import ExecutionStrategyRegistry, StoreRegistry, TracerRegistry
 from .remote import is_store_url, store_url_from_env, wait_until_store_answers
-from .run_store import ForeignRolloutWarning, RunStore, default_run_name
+from .run_store import RunStore, default_run_name
 from .summary import FitSummary, describe_store, summarize_run
 
 if TYPE_CHECKING:
@@ -428,11 +428,11 @@ class Trainer:
             ) from None
 
     def _runner_bundle(self, agent: LitAgent[Any], run: str) -> _RunnerBundle:
+        """The runners take this run's rollouts only, when they serve this process's algorithm (or the run is
+        named); runner-only processes of an unnamed run take every run's."""
         copy_per_worker = isinstance(self.strategy, SharedMemoryExecutionStrategy) and self.n_runners > 1
-        hooks = self.hooks
-        if getattr(self.strategy, "role", "both") == "both":  # these runners serve this run's algorithm only
-            hooks = (*hooks, ForeignRolloutWarning(run))
-        return _RunnerBundle(self.runner, agent, hooks, copy_per_worker)
+        serves_this_run = getattr(self.strategy, "role", "both") == "both" or self.run_name is not None
+        return _RunnerBundle(self.runner, agent, self.hooks, copy_per_worker, run if serves_this_run else None)
 
     def _algorithm_bundle(
         self,
@@ -517,11 +517,19 @@ class _RunnerBundle:
     """The runner side of `Trainer.fit`: picklable (no reference to the trainer), so a strategy can ship it
     to another process or machine (Ray actors)."""
 
-    def __init__(self, runner: Runner[Any], agent: LitAgent[Any], hooks: tuple[Hook, ...], copy_per_worker: bool):
+    def __init__(
+        self,
+        runner: Runner[Any],
+        agent: LitAgent[Any],
+        hooks: tuple[Hook, ...],
+        copy_per_worker: bool,
+        run: Optional[str] = None,
+    ):
         self.runner = runner
         self.agent = agent
         self.hooks = hooks
         self.copy_per_worker = copy_per_worker
+        self.run = run
 
     def runner_for_worker(self, worker_id: int) -> Runner[Any]:
         """The runner instance for a worker: its own shallow copy when several share this process."""
@@ -531,6 +539,7 @@ class _RunnerBundle:
 
     async def __call__(self, store: LightningStore, worker_id: int, event: ExecutionEvent) -> None:
         runner = self.runner_for_worker(worker_id)
+        runner.run_name = self.run
         runner.init(agent=self.agent, hooks=list(self.hooks))
         try:
             runner.init_worker(worker_id, store)

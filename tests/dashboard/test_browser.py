@@ -525,3 +525,23 @@ def test_connection_indicator_flips_when_the_server_stops(browser: Browser, serv
         if server.process is None:
             server.start()
     assert errors == [], errors
+
+
+def test_rollouts_show_their_run_and_filter_by_it(page: Page, server: StoreProcess) -> None:
+    """Runs sharing the store (issue 40): a Run column, and a run filter listing the runs, the latest first."""
+    runs = ["alpha.py 2026-12-02 10:00:00", "beta.py 2026-12-02 10:00:01"]
+    requests = [{"input": {"n": i}, "metadata": {"agl_run": runs[i % 2]}} for i in range(4)]
+    created = server.api("POST", "/queues/rollouts/enqueue", json={"rollouts": requests})
+    of_beta = {r["rollout_id"] for r in created if r["metadata"]["agl_run"] == runs[1]}
+    page.click('a[data-nav="workers"]')
+    page.click('a[data-nav="rollouts"]')
+    options = page.locator("#rollout-run option")
+    expect(options.first).to_have_text("all runs")
+    assert set(options.all_inner_texts()[1:3]) == set(runs)  # the latest first (these started together)
+    page.select_option("#rollout-run", runs[1])
+    assert set(wait_for_rows(page, 2)) == of_beta
+    assert "run=beta.py" in page.url
+    expect(page.locator("tr[data-rollout-id] .run-name").first).to_have_text(runs[1])
+    shot(page, "rollouts-filtered-by-run")
+    page.select_option("#rollout-run", "")
+    wait_for_rows(page, 20)

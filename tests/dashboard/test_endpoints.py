@@ -135,6 +135,23 @@ async def test_filter_by_status_mode_and_id(http: httpx.AsyncClient, seeded: See
     assert all(needle in r["rollout_id"] for r in found)
 
 
+async def test_filter_by_run_and_the_runs_listed(http: httpx.AsyncClient) -> None:
+    tagged = [
+        {"input": i, "metadata": {"agl_run": run}} for i, run in enumerate(["a.py 10:00", "b.py 10:01", "a.py 10:00"])
+    ]
+    response = await http.post(API + "/queues/rollouts/enqueue", json={"rollouts": tagged})
+    assert response.status_code == 201, response.text
+    ids = [r["rollout_id"] for r in response.json()]
+    of_a = await all_rows(http, run_in=["a.py 10:00"])
+    assert {r["rollout_id"] for r in of_a} == {ids[0], ids[2]} and {r["run"] for r in of_a} == {"a.py 10:00"}
+    both = await all_rows(http, run_in=["a.py 10:00", "b.py 10:01"], mode_in=["train", "val", "test"])
+    assert both == []  # enqueued without a mode: run and mode filters combine
+    untagged = await all_rows(http, run_in=[""])
+    assert ids[0] not in {r["rollout_id"] for r in untagged} and untagged  # the seeded rollouts have no run
+    page = await get_ok(http, "/dashboard/rollouts", limit=1)
+    assert set(page["runs"]) == {"a.py 10:00", "b.py 10:01"}
+
+
 @pytest.mark.parametrize("mode_in", [None, "train"])
 async def test_pages_cover_every_match_once_in_order(http: httpx.AsyncClient, seeded: Seeded, mode_in: Any) -> None:
     params: dict[str, Any] = {"sort_by": "start_time", "sort_order": "asc", "limit": 4}

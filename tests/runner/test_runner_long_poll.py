@@ -30,9 +30,9 @@ class DequeueCountingStore(InMemoryLightningStore):
         super().__init__(thread_safe=True)
         self.claims = 0
 
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+    async def _dequeue(self, limit: int, worker_id: Optional[str], run: Optional[str] = None) -> list[AttemptedRollout]:
         self.claims += 1
-        return await super()._dequeue(limit, worker_id)
+        return await super()._dequeue(limit, worker_id, run)
 
 
 class Recording(LitAgent[str]):

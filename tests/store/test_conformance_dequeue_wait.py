@@ -165,9 +165,9 @@ async def test_a_store_without_a_wake_up_is_re_asked_every_queue_poll_seconds() 
 class SlowClaims(InMemoryLightningStore):
     """Each claim takes 0.3 s, as a SQL claim running on a thread may: time for a cancellation to land in it."""
 
-    async def _dequeue(self, limit: int, worker_id: str | None) -> list[AttemptedRollout]:
+    async def _dequeue(self, limit: int, worker_id: str | None, run: str | None = None) -> list[AttemptedRollout]:
         await asyncio.sleep(0.3)
-        return await super()._dequeue(limit, worker_id)
+        return await super()._dequeue(limit, worker_id, run)
 
 
 async def test_a_wait_cancelled_during_a_claim_still_hands_over_what_it_claimed() -> None:

@@ -3,17 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
+import os
+import signal
+import time
+from typing import Any
 
 import pytest
 
 import agentlightning as agl
 from agentlightning.algorithm import algo
+from agentlightning.runner.agent import LitAgentRunner
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.tracer.otel import OtelTracer
-from agentlightning.trainer.progress import RunProgress, format_duration
-from agentlightning.trainer.run_store import RUN_METADATA_KEY, ForeignRolloutWarning, RunStore
-from agentlightning.types import EnqueueRolloutRequest, NamedResources, Rollout
+from agentlightning.trainer.progress import (
+    SETTLE_GRACE_SECONDS,
+    STALL_ENV,
+    STALL_TIMEOUT_SECONDS,
+    RunProgress,
+    format_duration,
+    settled_by,
+)
+from agentlightning.trainer.run_store import RUN_METADATA_KEY, RunStore
+from agentlightning.types import (
+    Attempt,
+    AttemptedRollout,
+    EnqueueRolloutRequest,
+    NamedResources,
+    Rollout,
+    RolloutConfig,
+)
+from agentlightning.types.core import DEFAULT_TIMEOUT_SECONDS, DEFAULT_UNRESPONSIVE_SECONDS
+from agentlightning.utils.server_launcher import pick_free_port
 
 
 def test_durations_read_naturally() -> None:
@@ -29,18 +51,6 @@ async def test_the_run_store_tags_and_remembers_the_rollouts_it_creates() -> Non
     stored = {r.rollout_id: r.metadata for r in await store.store.query_rollouts()}
     assert stored[one.rollout_id] == {"keep": True, RUN_METADATA_KEY: "quickstart.py 10:00"}
     assert all(m is not None and m[RUN_METADATA_KEY] == "quickstart.py 10:00" for m in stored.values())
-
-
-async def test_a_runner_says_once_when_it_takes_another_runs_rollout(caplog: pytest.LogCaptureFixture) -> None:
-    hook = ForeignRolloutWarning("b.py 10:00")
-    mine = Rollout(rollout_id="ro-1", input=1, start_time=0.0, metadata={RUN_METADATA_KEY: "b.py 10:00"})
-    theirs = Rollout(rollout_id="ro-2", input=2, start_time=0.0, metadata={RUN_METADATA_KEY: "a.py 09:59"})
-    untagged = Rollout(rollout_id="ro-3", input=3, start_time=0.0)
-    with caplog.at_level("WARNING", logger="agentlightning.trainer.run_store"):
-        for rollout in (mine, untagged, theirs, theirs):
-            await hook.on_rollout_start(agent=None, runner=None, rollout=rollout)  # type: ignore[arg-type]
-    (record,) = caplog.records
-    assert "rollout ro-2 was enqueued by run 'a.py 09:59', not by this run ('b.py 10:00')" in record.getMessage()
 
 
 async def test_a_progress_line_counts_done_failed_running_and_queued_per_mode() -> None:
@@ -69,7 +79,9 @@ async def test_rollouts_nobody_takes_end_the_wait_with_an_error() -> None:
 async def test_a_rollout_held_by_a_runner_that_stopped_heartbeating_ends_the_wait() -> None:
     inner = InMemoryLightningStore()
     store = RunStore(inner, "run")
-    held = await store.start_rollout(input=1, worker_id="Worker-0")
+    # No silence limit nor timeout: the store's watchdog never ends this attempt, so only the stall check can.
+    no_limits = RolloutConfig(timeout_seconds=None, unresponsive_seconds=None)
+    held = await store.start_rollout(input=1, config=no_limits, worker_id="Worker-0")
     await inner.update_attempt(held.rollout_id, held.attempt.attempt_id, status="running", worker_id="Worker-0")
     await inner.update_worker("Worker-0", heartbeat_stats={})
     live = RunProgress(store, algorithm_name="Baseline", interval=None, stall_timeout=5.0, check_every=0.05)
@@ -126,3 +138,95 @@ def test_progress_output_goes_where_asked() -> None:
     progress = RunProgress(RunStore(InMemoryLightningStore(), "run"), algorithm_name="APO", output=output)
     print(progress.line(), file=progress.output)
     assert "APO has not started a rollout yet" in output.getvalue()
+
+
+# ---- a runner that died holding a rollout: the store settles the attempt first (issue 38 point 6) ----
+
+
+class SelfKilling(agl.LitAgent[str]):
+    """In its first attempt, its runner process SIGKILLs itself mid-rollout (as the OOM killer would)."""
+
+    async def rollout_async(self, task: str, resources: NamedResources, rollout: Rollout) -> float:
+        if rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+            os.kill(os.getpid(), signal.SIGKILL)
+        return 1.0
+
+
+def test_the_default_limits_let_the_store_settle_a_dead_runners_attempt_before_the_run_gives_up() -> None:
+    # A runner heartbeats far more often than the silence limit, which comes long before the attempt timeout.
+    heartbeat = inspect.signature(LitAgentRunner.__init__).parameters["heartbeat_interval"].default
+    assert 3 * heartbeat <= DEFAULT_UNRESPONSIVE_SECONDS
+    assert DEFAULT_UNRESPONSIVE_SECONDS < DEFAULT_TIMEOUT_SECONDS
+    held = AttemptedRollout(
+        rollout_id="ro-1",
+        input=1,
+        start_time=0.0,
+        attempt=Attempt(rollout_id="ro-1", attempt_id="at-1", sequence_id=1, start_time=0.0),
+    )
+    assert settled_by(held) == DEFAULT_UNRESPONSIVE_SECONDS  # the default config's silence limit, from the start
+    # The run's stall limit alone (180 s) would fire before the store's silence limit (300 s) ...
+    assert STALL_TIMEOUT_SECONDS < DEFAULT_UNRESPONSIVE_SECONDS
+    # ... so a held rollout counts as moving until that limit (and the grace for the watchdog) passed.
+    assert SETTLE_GRACE_SECONDS < STALL_TIMEOUT_SECONDS
+
+
+@pytest.mark.parametrize(("started_ago", "can_move"), [(200.0, True), (DEFAULT_UNRESPONSIVE_SECONDS + 60.0, False)])
+async def test_a_rollout_of_a_dead_runner_is_no_stall_until_its_silence_limit(
+    started_ago: float, can_move: bool
+) -> None:
+    inner = InMemoryLightningStore(clock=lambda: time.time() - started_ago)
+    store = RunStore(inner, "run")
+    await store.start_rollout(input=1, worker_id="Worker-dead")
+    await inner.update_worker("Worker-dead", heartbeat_stats={})  # its last heartbeat: when the attempt began
+    progress = RunProgress(store, algorithm_name="Baseline", interval=None)  # default 180 s stall limit
+    await progress.refresh()
+    assert await progress._can_move() is can_move  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("config", "status", "attempts"),
+    [
+        (RolloutConfig(unresponsive_seconds=3.0), "failed", ["unresponsive"]),
+        (
+            RolloutConfig(unresponsive_seconds=3.0, max_attempts=2, retry_condition=["unresponsive"]),
+            "succeeded",
+            ["unresponsive", "succeeded"],
+        ),
+    ],
+    ids=["failed", "retried"],
+)
+def test_a_killed_runners_rollout_is_failed_or_retried_at_the_silence_limit(
+    monkeypatch: pytest.MonkeyPatch, config: RolloutConfig, status: str, attempts: list[str]
+) -> None:
+    """Limits shrunk to seconds (stall 1 s, silence 3 s); one of two runners is killed. The stall check must
+    leave the attempt to the store's watchdog, which fails or retries it as the rollout's config says."""
+    monkeypatch.setenv(STALL_ENV, "1")
+    outcome: dict[str, Any] = {}
+
+    @algo
+    async def one_rollout(*, store: agl.LightningStore) -> None:
+        for _ in range(600):  # bounded (60 s): a runner not started yet would be a stall of its own
+            if await store.query_workers():
+                break
+            await asyncio.sleep(0.1)
+        rollout = await store.enqueue_rollout(input="x", config=config)
+        for _ in range(120):  # bounded: at most 120 s
+            done = await store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=1.0)
+            if done:
+                outcome["rollout"] = done[0]
+                break
+        outcome["attempts"] = list(await store.query_attempts(rollout.rollout_id))
+
+    trainer = agl.Trainer(
+        algorithm=one_rollout,
+        n_runners=2,
+        strategy={"type": "cs", "server_host": "127.0.0.1", "server_port": pick_free_port(), "graceful_timeout": 2.0},
+        tracer=OtelTracer(),
+        runner={"poll_interval": 0.05, "heartbeat_interval": 0.2},  # live (to the 1 s stall check) until killed
+    )
+    # The algorithm finishes; then fit reports the runner the SIGKILL ended (exit code -9), not a stall.
+    with pytest.raises(agl.RunError, match=r"exited with code -9"):
+        trainer.fit(SelfKilling(), [])
+    assert outcome["rollout"].status == status
+    assert [a.status for a in outcome["attempts"]] == attempts

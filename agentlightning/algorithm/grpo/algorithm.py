@@ -71,6 +71,9 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
     META_STEP, META_GROUP, META_SAMPLE = "grpo_step", "grpo_group", "grpo_sample"
     """Rollout metadata keys: the step, the group (task slot) and the sample in the group."""
+    META_CHECKPOINT = "grpo_checkpoint_dir"
+    """Rollout metadata key: the run's resolved `checkpoint_dir` (when set), so a resumed run knows its
+    interrupted predecessor's rollouts from other runs' on a shared store."""
     TRAIN_RESOURCES_ID, VAL_RESOURCES_ID = "grpo-train", "grpo-val"
 
     def __init__(
@@ -200,6 +203,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
             self.start_tracking(cfg.tracking or None, config=tracked, run_name="grpo", dir=tracking_dir)
             resumed = self._resume(learner, server)
             await asyncio.to_thread(self.check_weight_sync, initial=True)
+            if resumed:
+                await self._cancel_leftovers()
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
                 self._record(0, await self.evaluate(val_dataset), writer)
@@ -266,7 +271,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
             return False
         learner.load_checkpoint(checkpoint)
         server.update_weights(learner.policy)
-        logger.info("%s resumed from %s at step %d", self.NAME, checkpoint, learner.global_step)
+        logger.warning("%s resumed from step %d (checkpoint %s)", self.NAME, learner.global_step, checkpoint)
         return True
 
     def _record(self, step: int, metrics: Dict[str, Any], writer: Optional[MetricsWriter]) -> None:

@@ -15,6 +15,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ...emitter import find_final_reward
@@ -61,6 +62,7 @@ class RolloutCollection(Algorithm):
     """
 
     NAME: str
+    META_CHECKPOINT: str
     META_STEP: str
     META_GROUP: str
     META_SAMPLE: str
@@ -308,19 +310,52 @@ class RolloutCollection(Algorithm):
                     mode=mode,
                     resources_id=resources_id,
                     config=config,
-                    metadata={self.META_STEP: step, self.META_GROUP: key[0], self.META_SAMPLE: key[1]},
+                    metadata={
+                        self.META_STEP: step,
+                        self.META_GROUP: key[0],
+                        self.META_SAMPLE: key[1],
+                        **self._checkpoint_tag(),
+                    },
                 )
                 for key in keys
             ]
         )
         return {key: rollout.rollout_id for key, rollout in zip(keys, rollouts, strict=False)}
 
+    def _checkpoint_tag(self) -> Dict[str, str]:
+        directory = self.config.checkpoint_dir
+        return {self.META_CHECKPOINT: str(Path(directory).resolve())} if directory else {}
+
+    def _from_this_checkpoint(self, rollout: Rollout) -> bool:
+        """Whether an earlier run with this `checkpoint_dir` enqueued the rollout (untagged ones: older runs)."""
+        tag = (rollout.metadata or {}).get(self.META_CHECKPOINT)
+        return tag is None or self._checkpoint_tag().get(self.META_CHECKPOINT) == tag
+
+    async def _cancel_leftovers(self) -> None:
+        """Cancel the rollouts the interrupted run left queued or running: its runners are gone, and this
+        run's runners take this run's rollouts only (the step's finished ones are reused, the rest enqueued)."""
+        store = self.get_store()
+        live = await store.query_rollouts(status_in=["queuing", "requeuing", "preparing", "running"])
+        own = self._checkpoint_tag().get(self.META_CHECKPOINT)
+        leftovers = [r for r in live if own is not None and (r.metadata or {}).get(self.META_CHECKPOINT) == own]
+        for rollout in leftovers:
+            await store.update_rollout(rollout.rollout_id, status="cancelled")
+        if leftovers:
+            logger.warning(
+                "%s: cancelled %d rollouts the interrupted run left queued or running", self.NAME, len(leftovers)
+            )
+
     async def _existing_rollouts(self, step: int) -> Dict[Tuple[int, int], str]:
         """Train rollouts of `step` already in the store (enqueued before a crash), by (group, sample)."""
         found: Dict[Tuple[int, int], str] = {}
         for rollout in await self.get_store().query_rollouts():
             meta = rollout.metadata or {}
-            if rollout.mode == "train" and meta.get(self.META_STEP) == step and rollout.status != "failed":
+            if (
+                rollout.mode == "train"
+                and meta.get(self.META_STEP) == step
+                and rollout.status not in ("failed", "cancelled")
+                and self._from_this_checkpoint(rollout)
+            ):
                 found.setdefault((int(meta[self.META_GROUP]), int(meta[self.META_SAMPLE])), rollout.rollout_id)
         if found:
             logger.info("%s step %d: reusing %d rollouts found in the store", self.NAME, step + 1, len(found))

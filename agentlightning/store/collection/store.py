@@ -33,7 +33,7 @@ from .. import _arguments as arguments
 from .. import transitions
 from ..base import UNSET, FilterLogic, LightningStoreStatistics, SortOrder, is_unset
 from ..tracking import tracked
-from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id
+from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id, run_of
 from ..watchdog import healthcheck_before
 from .base import LightningCollections
 from .steps import LATEST_RESOURCES_KEY, CollectionStoreSteps, by_rollout, plain
@@ -103,23 +103,40 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             self._queued = True
             return [plain(r) for r in rollouts]
 
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+    async def _dequeue(self, limit: int, worker_id: Optional[str], run: Optional[str] = None) -> list[AttemptedRollout]:
         async with self._writes() as c:
             now = self._now()
             # A worker that claims something records its dequeue with the claim: one worker write, not two.
             dequeued = transitions.worker_dequeue_changes(True, now) if worker_id is not None else {}
             claimed: list[AttemptedRollout] = []
-            while len(claimed) < limit:
-                ids = await c.rollout_queue.dequeue(1)
-                if not ids:
-                    break
-                rollout = await c.rollouts.get(ids[0])
-                if rollout is None or not is_queuing(rollout.status):
-                    continue  # stale entry: the rollout moved on while queued
+            for rollout in await self._take_queued(c, limit, run):
                 claimed.append(await self._new_attempt(c, rollout, worker_id, now, **dequeued))
             if worker_id is not None and not claimed:
                 await self._touch_worker(c, worker_id, **transitions.worker_dequeue_changes(False, now))
             return claimed
+
+    async def _take_queued(self, c: LightningCollections, limit: int, run: Optional[str]) -> list[Rollout]:
+        """Remove up to `limit` queuing rollouts from the queue in FIFO order (only those of `run`, when given)."""
+        taken: list[Rollout] = []
+        if run is None:
+            while len(taken) < limit:
+                ids = await c.rollout_queue.dequeue(1)
+                if not ids:
+                    break
+                rollout = await c.rollouts.get(ids[0])
+                if rollout is not None and is_queuing(rollout.status):  # else stale: it moved on while queued
+                    taken.append(rollout)
+            return taken
+        for rollout_id in await c.rollout_queue.peek(await c.rollout_queue.size()):
+            if len(taken) >= limit:
+                break
+            rollout = await c.rollouts.get(rollout_id)
+            if rollout is not None and is_queuing(rollout.status) and run_of(rollout) != run:
+                continue  # another run's: it keeps its place
+            await c.rollout_queue.remove(rollout_id)
+            if rollout is not None and is_queuing(rollout.status):
+                taken.append(rollout)
+        return taken
 
     @tracked("attempts")
     @healthcheck_before

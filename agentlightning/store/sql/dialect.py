@@ -59,6 +59,8 @@ class SqlDialect:
     """Suffix of a SELECT that claims rows for this transaction, skipping rows other transactions hold."""
     next_queue_position: str
     """Expression giving the next queue position (strictly greater than every queued one)."""
+    run_of_rollout: str
+    """Expression giving a rollout row's `metadata["agl_run"]` (the run a dequeue may be limited to)."""
     schema: Optional[str] = None
     _cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -71,7 +73,8 @@ class SqlDialect:
 
         Templates name tables as `{rollouts}`, column types as `{text}` / `{real}` / `{bigint}` / `{blob}` /
         `{identity}`,
-        and use `{greatest}`, `{for_update}`, `{skip_locked}` and `{next_queue_position}` for the non-portable fragments.
+        and use `{greatest}`, `{for_update}`, `{skip_locked}`, `{next_queue_position}` and `{run_of_rollout}` for
+        the non-portable fragments.
         """
         rendered = self._cache.get(template)
         if rendered is None:
@@ -94,6 +97,7 @@ class SqlDialect:
             "for_update": self.for_update,
             "skip_locked": self.skip_locked,
             "next_queue_position": self.next_queue_position.format_map(tables),
+            "run_of_rollout": self.run_of_rollout,
         }
 
     def contains_sql(self, column: str) -> str:
@@ -116,6 +120,7 @@ SQLITE = SqlDialect(
     # The WHERE lets SQLite answer from the partial queue index in one lookup; without it MAX scans the whole
     # table for every queued row, and enqueueing N rollouts costs O(N * table size).
     next_queue_position="(SELECT COALESCE(MAX(queue_position), 0) + 1 FROM {rollouts} WHERE queue_position IS NOT NULL)",
+    run_of_rollout="json_extract(metadata, '$.agl_run')",
 )
 
 
@@ -136,5 +141,6 @@ def postgres_dialect(schema: Optional[str]) -> SqlDialect:
         for_update=" FOR UPDATE",
         skip_locked=" FOR UPDATE SKIP LOCKED",
         next_queue_position=f"nextval('{queue_sequence}')",
+        run_of_rollout="(metadata::json ->> 'agl_run')",
         schema=schema,
     )

@@ -206,9 +206,9 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._write(step)
 
-    async def _dequeue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
+    async def _dequeue(self, limit: int, worker_id: Optional[str], run: Optional[str] = None) -> list[AttemptedRollout]:
         async def step(st: StoreTransaction) -> list[AttemptedRollout]:
-            return await st.claim_from_queue(limit, worker_id)
+            return await st.claim_from_queue(limit, worker_id, run)
 
         return await self._write(step)
 

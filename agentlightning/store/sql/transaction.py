@@ -137,15 +137,22 @@ class StoreTransaction:
             ],
         )
 
-    async def claim_from_queue(self, limit: int, worker_id: Optional[str]) -> list[AttemptedRollout]:
-        """Dequeue up to `limit` rollouts in FIFO order, each with a new attempt; records the worker's dequeue."""
+    async def claim_from_queue(
+        self, limit: int, worker_id: Optional[str], run: Optional[str] = None
+    ) -> list[AttemptedRollout]:
+        """Dequeue up to `limit` rollouts (of `run` only, when given) in FIFO order, each with a new attempt;
+        records the worker's dequeue."""
         claimed: list[AttemptedRollout] = []
+        of_run = "" if run is None else "AND {run_of_rollout} = ? "
         while len(claimed) < limit:
             # SKIP LOCKED (PostgreSQL): rows another process is claiming right now are not ours to take.
             rows = await self.tx.fetchall(
-                "SELECT " + ROLLOUT_COLUMNS + ", attempt_count FROM {rollouts} WHERE queue_position IS NOT NULL "
-                "ORDER BY queue_position LIMIT ?{skip_locked}",
-                (limit - len(claimed),),
+                "SELECT "
+                + ROLLOUT_COLUMNS
+                + ", attempt_count FROM {rollouts} WHERE queue_position IS NOT NULL "
+                + of_run
+                + "ORDER BY queue_position LIMIT ?{skip_locked}",
+                (limit - len(claimed),) if run is None else (run, limit - len(claimed)),
             )
             if not rows:
                 break

@@ -107,7 +107,9 @@ async def _long_poll_dequeue(
     request: Request, store: LightningStore, body: DequeueBody, wait: float
 ) -> list[AttemptedRollout]:
     """`wait_for_dequeue`, given up (answering empty) when the server shuts down or the client leaves."""
-    claim = asyncio.ensure_future(store.wait_for_dequeue(timeout=wait, limit=body.limit, worker_id=body.worker_id))
+    claim = asyncio.ensure_future(
+        store.wait_for_dequeue(timeout=wait, limit=body.limit, worker_id=body.worker_id, run=body.run)
+    )
     gone = asyncio.ensure_future(_client_gone(request))
     shutdown = serving_of(request).shutdown
     try:
@@ -155,7 +157,7 @@ async def dequeue_rollouts(request: Request) -> Response:
         return json_response([])
     wait = min(body.wait or 0.0, WAIT_CAP_SECONDS)
     if wait == 0:
-        claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id)
+        claimed = await store.dequeue_many_rollouts(limit=body.limit, worker_id=body.worker_id, run=body.run)
     else:
         claimed = await _long_poll_dequeue(request, store, body, wait)
     response = json_response(claimed)

@@ -14,7 +14,8 @@ from openai import AsyncOpenAI
 import agentlightning as agl
 from agentlightning.algorithm.grpo import GRPO, GRPOConfig, read_metrics
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.types import LLM
+from agentlightning.trainer.run_store import RunStore
+from agentlightning.types import LLM, EnqueueRolloutRequest
 from tests.support.tiny_model import tiny_model
 from tests.tracking.readback import tensorboard_run, wandb_run
 
@@ -189,6 +190,42 @@ def test_resume_after_a_crash_reuses_the_checkpoint_and_the_rollouts_in_the_stor
     step_two_after = [r for r in asyncio.run(store.query_rollouts()) if (r.metadata or {}).get("grpo_step") == 1]
     assert {r.rollout_id for r in step_two_after} == {r.rollout_id for r in step_two}  # reused, none added
     assert [r["step"] for r in read_metrics(tmp_path / "ckpt" / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_resumed_run_cancels_the_rollouts_its_predecessor_left_queued_on_a_shared_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C leaves rollouts queued under the old run's name; this run's runners never take them, so the
+    resumed run cancels them (no wait for them), says where it resumed, and trains the next step."""
+    store = InMemoryLightningStore()
+    model, tokenizer = tiny_model()
+    crashing = CrashingGRPO(_config(tmp_path), model=model, tokenizer=tokenizer)
+    with pytest.raises(Exception, match="simulated crash"):
+        _fit(crashing, store)
+    tag = {GRPO.META_CHECKPOINT: str((tmp_path / "ckpt").resolve())}
+    interrupted = RunStore(store, "train.py 10:00")  # the predecessor's run, as its Trainer tagged it
+    leftovers = asyncio.run(
+        interrupted.enqueue_many_rollouts(
+            [
+                EnqueueRolloutRequest(
+                    input=TASKS[0], mode="train", metadata={"grpo_step": 2, "grpo_group": 0, "grpo_sample": k, **tag}
+                )
+                for k in range(2)
+            ]
+        )
+    )
+    other_run = asyncio.run(RunStore(store, "other.py 10:01").enqueue_rollout(input=TASKS[1], mode="train"))
+
+    model, tokenizer = tiny_model(seed=5)
+    resumed = GRPO(_config(tmp_path, total_steps=3, rollout_timeout_s=120.0), model=model, tokenizer=tokenizer)
+    with caplog.at_level("WARNING", logger="agentlightning.algorithm.grpo"):
+        _fit(resumed, store)
+    assert [r["step"] for r in resumed.history] == [2, 3]
+    assert "GRPO resumed from step 1 (checkpoint " in caplog.text
+    assert "cancelled 2 rollouts the interrupted run left queued or running" in caplog.text
+    statuses = {r.rollout_id: r.status for r in asyncio.run(store.query_rollouts())}
+    assert [statuses[r.rollout_id] for r in leftovers] == ["cancelled", "cancelled"]
+    assert statuses[other_run.rollout_id] == "queuing"  # another run's rollout is not this run's to touch
 
 
 def test_tasks_for_a_step_are_a_deterministic_walk_over_shuffled_epochs(tmp_path: Path) -> None:

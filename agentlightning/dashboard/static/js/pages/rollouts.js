@@ -1,4 +1,4 @@
-// Rollouts: every task the store knows, filtered by status and mode, searchable by id, sortable, paged.
+// Rollouts: every task the store knows, filtered by status, mode and run, searchable by id, sortable, paged.
 
 import * as api from "../api.js";
 import { badge, chips, dataTable, debounce, elapsedSince, empty, errorBox, fmt, h, modeTag, pagination, renderIfChanged, rewardCell } from "../components.js";
@@ -17,6 +17,7 @@ export function createPage(ctx) {
   const state = {
     status: listParam(q, "status", STATUSES),
     mode: listParam(q, "mode", MODES),
+    run: q.get("run") || "", // "": every run
     search: q.get("q") || "",
     sortBy: SORTABLE.includes(q.get("sort")) ? q.get("sort") : "start_time",
     order: q.get("order") === "asc" ? "asc" : "desc",
@@ -50,6 +51,7 @@ export function createPage(ctx) {
     ctx.setQuery({
       status: state.status,
       mode: state.mode,
+      run: state.run,
       q: state.search,
       sort: state.sortBy === "start_time" ? "" : state.sortBy,
       order: state.order === "desc" ? "" : state.order,
@@ -59,13 +61,31 @@ export function createPage(ctx) {
     refresh();
   }
 
-  function renderFilters(counts) {
-    renderIfChanged(filters, { counts, status: state.status, mode: state.mode }, () =>
+  // Runs that share the store (each `fit` tags its rollouts with its run name), the latest first.
+  function runFilter(runs) {
+    if (!runs.length) return null;
+    const options = state.run && !runs.includes(state.run) ? [state.run, ...runs] : runs;
+    return h(
+      "label",
+      { class: "chips" },
+      h("span", { class: "chips-label" }, "Run"),
+      h(
+        "select",
+        { id: "rollout-run", "aria-label": "Run", onchange: (e) => update({ run: e.target.value, offset: 0 }) },
+        h("option", { value: "", selected: !state.run }, "all runs"),
+        options.map((run) => h("option", { value: run, selected: run === state.run }, run)),
+      ),
+    );
+  }
+
+  function renderFilters(counts, runs) {
+    renderIfChanged(filters, { counts, runs, status: state.status, mode: state.mode, run: state.run }, () =>
       h(
         "div",
         { class: "filter-row" },
         chips({ label: "Status", name: "status", options: STATUSES, selected: state.status, counts, onChange: (status) => update({ status, offset: 0 }) }),
         chips({ label: "Mode", name: "mode", options: MODES, selected: state.mode, onChange: (mode) => update({ mode, offset: 0 }) }),
+        runFilter(runs),
       ),
     );
   }
@@ -88,6 +108,7 @@ export function createPage(ctx) {
     { key: "mode", label: "Mode", sortable: true, render: (r) => modeTag(r.mode) },
     { key: "n_attempts", label: "Attempts", class: "num", render: (r) => (r.n_attempts ? String(r.n_attempts) : h("span", { class: "muted" }, "0")) },
     { key: "worker", label: "Worker", render: (r) => (r.latest_attempt && r.latest_attempt.worker_id ? h("span", { class: "mono small" }, r.latest_attempt.worker_id) : h("span", { class: "muted" }, "\u2014")) },
+    { key: "run", label: "Run", render: (r) => (r.run ? h("span", { class: "small run-name", title: r.run }, r.run) : h("span", { class: "muted" }, "\u2014")) },
     { key: "start_time", label: "Started", sortable: true, render: (r) => h("span", { title: fmt.fullTime(r.start_time) }, fmt.time(r.start_time)) },
     {
       key: "duration",
@@ -105,10 +126,10 @@ export function createPage(ctx) {
   ];
 
   function render() {
-    renderFilters(data.status_counts);
-    const view = { ...data, status_counts: undefined, sortBy: state.sortBy, order: state.order };
+    renderFilters(data.status_counts, data.runs || []);
+    const view = { ...data, status_counts: undefined, runs: undefined, sortBy: state.sortBy, order: state.order };
     renderIfChanged(tableHolder, view, () =>
-      data.total === 0 && !state.status.length && !state.mode.length && !state.search
+      data.total === 0 && !state.status.length && !state.mode.length && !state.run && !state.search
         ? empty("No rollouts yet.", "Rollouts appear here as soon as an algorithm enqueues them (Trainer.fit, store.enqueue_rollout).")
         : dataTable({
             columns,
@@ -137,6 +158,7 @@ export function createPage(ctx) {
       const result = await api.rollouts({
         status_in: state.status,
         mode_in: state.mode,
+        run_in: state.run ? [state.run] : [],
         rollout_id_contains: state.search,
         sort_by: state.sortBy,
         sort_order: state.order,
