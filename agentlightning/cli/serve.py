@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
-from ._logging import LOG_LEVELS, setup_cli_logging
+from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
 
 __all__ = ["build_parser", "main"]
 
@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"agl serve: {exc}", file=sys.stderr)
+        print(f"agl serve: {cli_error_text(exc)}", file=sys.stderr)
         return 1
     print(f"agl serve: {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
     server.run_forever()
@@ -120,7 +120,7 @@ def _serve_echo(args: argparse.Namespace) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"agl serve: {exc}", file=sys.stderr)
+        print(f"agl serve: {cli_error_text(exc)}", file=sys.stderr)
         return 1
     print(f"agl serve: echo server {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
     server.run_forever()

@@ -48,6 +48,7 @@ __all__ = [
     "rollout_row_weights",
     "policy_version_of",
     "collate",
+    "micro_batches",
 ]
 
 logger = logging.getLogger(__name__)
@@ -355,6 +356,16 @@ class TokenBatch:
             row[start : start + length]
             for row, start, length in zip(rows, self.prompt_lengths, self.response_lengths, strict=False)
         ]
+
+
+def micro_batches(indices: Sequence[int], samples: Sequence[Sample], size: int) -> List[List[int]]:
+    """`indices` of `samples` in micro-batches of `size`, rows with the same prompt together and by length.
+
+    A micro-batch whose rows share their whole prompt encodes it once (`prefix.py`) and pads little; which
+    micro-batch a row lands in does not change an optimizer step's gradient (the sum over its rows).
+    """
+    ordered = sorted(indices, key=lambda i: (samples[i].prompt_ids, len(samples[i].response_ids), i))
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
 
 
 def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[Sequence[float]] = None) -> TokenBatch:
