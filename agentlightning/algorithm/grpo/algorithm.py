@@ -134,11 +134,10 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
     def build(self) -> Tuple[GRPOLearner, PolicyServer]:
         """Load the model, build the learner and start the policy server that shares its weights."""
+        from ...serving.heap import limit_malloc_arenas
         from ...serving.models import resolve_device, resolve_dtype
         from ...serving.server import PolicyServer
         from .learner import GRPOLearner
-
-        from ...serving.heap import limit_malloc_arenas
 
         self.phase = "loading the model"
         limit_malloc_arenas()  # before the server's and the updates' threads allocate (see serving/heap.py)
