@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from .seed import ManualClock, _simple_trace, _Trace  # pyright: ignore[reportPrivateUsage]
-from .test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, TOKEN, TIMEOUT_MS, StoreProcess, _free_port
+from .test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, TIMEOUT_MS, TOKEN, StoreProcess, _free_port
 
 pytestmark = [
     pytest.mark.browser,
