@@ -210,8 +210,9 @@ class GRPO(PolicyHandoff, RolloutCollection):
         finally:
             self.finish_tracking()
             await server.astop()
-            if writer is not None and writer.path.exists():
-                plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+            if writer is not None and writer.path.exists():  # metrics.jsonl -> reward_curve.png, rft_metrics...
+                png = writer.path.with_name(writer.path.stem.replace("metrics", "reward_curve") + ".png")
+                plot_reward_curve(writer.path, png, title=f"{self.NAME} reward")
 
     def elapsed_s(self) -> float:
         """Seconds counted against `time_budget_s`: since `run` began (a subclass may count otherwise)."""
