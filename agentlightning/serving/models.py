@@ -238,7 +238,7 @@ def _load_smollm2_cached(
     if cache is not None:
         _save_atomically(model, tokenizer, cache)
     if dtype is not None:
-        model.to(dtype=resolve_dtype(dtype, device))
+        model.to(dtype=resolve_dtype(dtype, device))  # type: ignore[call-arg]
     model.to(resolve_device(device))  # type: ignore[arg-type]
     return model, tokenizer
 

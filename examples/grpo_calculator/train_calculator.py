@@ -418,7 +418,10 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
     stages_title = "GRPO" if rft is None else "RFT warm start (step 0), then GRPO"
     untrained = None if rft is None else rft.val_results.get(0)
     plot_demo_curve(
-        metrics_path, output_dir / "reward_curve.png", f"{stages_title} on the calculator task (SmolLM2, CPU)", untrained
+        metrics_path,
+        output_dir / "reward_curve.png",
+        f"{stages_title} on the calculator task (SmolLM2, CPU)",
+        untrained,
     )
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_summary(summary, output_dir)

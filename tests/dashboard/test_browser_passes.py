@@ -65,7 +65,8 @@ async def _seed(path: Path) -> dict[str, str]:
         claimed = await store.dequeue_rollout(worker_id="r1")
         assert claimed is not None and claimed.rollout_id == queued.rollout_id
         trace = _Trace(claimed.rollout_id, claimed.attempt.attempt_id, clock)
-        trace.reward(0.5, parent=None, start=clock.now + RUN_S - 0.1)
+        root = trace.span("agent.calculator", {}, start=clock.now, end=clock.now + RUN_S - 0.05)
+        trace.reward(0.5, parent=root, start=clock.now + RUN_S - 0.1)
         await store.add_many_spans(trace.spans)
         clock.advance(RUN_S)
         await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
