@@ -45,6 +45,10 @@ class LightningEnvVar(Enum):
     """URL of a running store server (e.g. `http://127.0.0.1:4747` from `agl store`) that `Trainer` uses when
     given no `store`: the run's rollouts and spans go there and show in that server's dashboard."""
 
+    AGL_MODEL_CACHE = "AGL_MODEL_CACHE"
+    """Folder where `load_causal_lm("smollm2")` keeps the float32 model it converts from the package's GGUF
+    file once, so later loads skip the conversion (default `~/.cache/agentlightning/models`; `off`: none)."""
+
     AGL_STALL_SECONDS = "AGL_STALL_SECONDS"
     """Seconds `fit`/`dev` wait while no rollout of the run moves and no runner sends a heartbeat before
     failing with an error (default 300)."""

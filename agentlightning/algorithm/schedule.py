@@ -81,6 +81,13 @@ class Schedule(Algorithm):
     def get_result_resources(self) -> Optional[NamedResources]:
         return self._resources
 
+    def describe_phase(self) -> str:
+        """The running stage's phase (`GRPO.describe_phase`), named after the stage; "" when it tells none."""
+        stage = getattr(self, "_running", None)
+        describe = getattr(stage, "describe_phase", None)
+        phase = describe() if callable(describe) else ""
+        return f"{type(stage).__name__} {phase}" if phase else ""
+
     def get_trained_policy(self) -> Optional[TrainedPolicy]:
         """The weights of the last stage that trained some (asked for only when this is called)."""
         handed = _latest_policy(list(enumerate(self._trainers)))
@@ -99,6 +106,7 @@ class Schedule(Algorithm):
         self.records = []
         for index, stage in enumerate(self.stages):
             name = type(stage).__name__
+            self._running = stage
             logger.info("Schedule stage %d/%d: %s", index + 1, len(self.stages), name)
             self._wire(stage, resources)
             if trainers and _overrides(stage, "continue_from"):

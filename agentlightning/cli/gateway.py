@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from agentlightning.web.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
-from ._logging import LOG_LEVELS, setup_cli_logging
+from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
 from .store import BACKENDS, DEFAULT_SQLITE_PATH, build_store, byte_size
 
 __all__ = ["build_parser", "main"]
@@ -140,6 +140,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError, RuntimeError) as exc:
-        logging.getLogger("agentlightning").error("agl gateway: %s", exc)
+        logging.getLogger("agentlightning").error("agl gateway: %s", cli_error_text(exc))
         return 1
     return 0

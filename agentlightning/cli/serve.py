@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from agentlightning.web.limits import DEFAULT_MAX_REQUEST_SIZE
 
-from ._logging import LOG_LEVELS, setup_cli_logging
+from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
 
 __all__ = ["build_parser", "main"]
 
@@ -144,7 +144,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"agl serve: {exc}", file=sys.stderr)
+        print(f"agl serve: {cli_error_text(exc)}", file=sys.stderr)
         return 1
     print(f"agl serve: {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
     server.run_forever()
@@ -160,7 +160,7 @@ def _serve_echo(args: argparse.Namespace) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"agl serve: {exc}", file=sys.stderr)
+        print(f"agl serve: {cli_error_text(exc)}", file=sys.stderr)
         return 1
     print(f"agl serve: echo server {server.model_name!r} at {server.endpoint} (Ctrl+C to stop)", flush=True)
     server.run_forever()

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from ._logging import LOG_LEVELS, setup_cli_logging
+from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
 
 __all__ = ["build_parser", "build_store", "byte_size", "parse_memory_budget", "main", "LOG_LEVELS"]
 
@@ -279,6 +279,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         pass
     except (OSError, ValueError, RuntimeError) as exc:
-        logging.getLogger("agentlightning").error("agl store: %s", exc)
+        logging.getLogger("agentlightning").error("agl store: %s", cli_error_text(exc))
         return 1
     return 0

@@ -43,7 +43,14 @@ class RolloutSummary(BaseModel):
     start_time: float
     end_time: Optional[float]
     duration: Optional[float]
-    """Seconds from start to end; None while the rollout has not ended."""
+    """Seconds its attempts ran, from the first attempt's start to the end (the wait in the queue before it
+    excluded); None while the rollout has not ended."""
+    queue_wait: Optional[float] = None
+    """Seconds from enqueue to the first attempt's start; None before it starts (or when only a later
+    attempt is known, see `run_started`)."""
+    run_started: Optional[float] = None
+    """When its first attempt started (the latest attempt's start when a retry followed and only that one is
+    at hand); None while it waits in the queue."""
     n_attempts: int
     final_reward: Optional[float]
     input_preview: str
@@ -81,6 +88,17 @@ def run_of(rollout: Rollout) -> Optional[str]:
     return run if isinstance(run, str) else None
 
 
+def run_start(rollout: Union[Rollout, AttemptedRollout]) -> tuple[Optional[float], Optional[float]]:
+    """`(when its attempts began, seconds it waited in the queue before)`; the wait is known when the attempt
+    at hand is the first one (sequence id 1), else the latest attempt's start stands in, with no wait."""
+    if not isinstance(rollout, AttemptedRollout) or rollout.attempt.start_time is None:
+        return None, None
+    start = float(rollout.attempt.start_time)
+    if rollout.attempt.sequence_id == 1:
+        return start, max(0.0, start - rollout.start_time)
+    return start, None
+
+
 def failure_of(rollout: Union[Rollout, AttemptedRollout], rewards: FinalRewards) -> Optional[str]:
     """Why a failed rollout failed (None for any other status)."""
     if rollout.status != "failed":
@@ -97,7 +115,9 @@ def _summary(
     rollout: Union[Rollout, AttemptedRollout], reward: Optional[float], rewards: FinalRewards
 ) -> RolloutSummary:
     attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
-    duration = rollout.end_time - rollout.start_time if rollout.end_time is not None else None
+    started, queue_wait = run_start(rollout)
+    began = started if started is not None else rollout.start_time
+    duration = max(0.0, rollout.end_time - began) if rollout.end_time is not None else None
     return RolloutSummary(
         rollout_id=rollout.rollout_id,
         status=rollout.status,
@@ -106,6 +126,8 @@ def _summary(
         start_time=rollout.start_time,
         end_time=rollout.end_time,
         duration=duration,
+        queue_wait=queue_wait,
+        run_started=started,
         # Attempt sequence ids run 1..n, so the latest attempt's id is the attempt count.
         n_attempts=attempt.sequence_id if attempt is not None else 0,
         final_reward=reward,

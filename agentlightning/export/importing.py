@@ -19,10 +19,10 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentlightning.attributes.genai import AGL_LOSS_MASK, AGL_TOKEN_IDS_SOURCE
 from agentlightning.store._finite import check_finite
 from agentlightning.store.base import LightningStore
 from agentlightning.types import AUTO_SEQUENCE_ID, Span
-from agentlightning.attributes.genai import AGL_LOSS_MASK, AGL_TOKEN_IDS_SOURCE
 
 __all__ = ["IMPORTED_FROM", "ImportReport", "ImportRow", "check_rows", "import_rows"]
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from agentlightning.adapter.retokenize import RETOKENIZED, TOKEN_IDS_SOURCE
 from agentlightning.adapter.triplet import TracerTraceToTriplet
 from agentlightning.algorithm.grpo.batch import RolloutTriplets, Sample, samples_from_rollouts
-from agentlightning.attributes.genai import AGL_LOSS_MASK, AGL_TOKEN_IDS_SOURCE
+from agentlightning.attributes.genai import AGL_TOKEN_IDS_SOURCE
 from agentlightning.emitter import find_final_reward
 from agentlightning.store.base import LightningStore
 from agentlightning.types import Rollout, Span, Triplet

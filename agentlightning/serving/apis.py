@@ -35,6 +35,7 @@ from agentlightning.formats.responses import (
     responses_request_to_chat,
     sse_encode,
 )
+
 from ..web.hardening import describe_validation_errors, parse_json_object
 from .adapters import UnknownAdapterError
 from .completions import ClientGone

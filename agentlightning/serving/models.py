@@ -20,6 +20,7 @@ __all__ = [
     "SMOLLM2_ALIAS",
     "eos_token_ids",
     "SMOLLM2_INSTALL_HINT",
+    "check_model_name",
     "cpu_computes_bfloat16",
     "TRAIN_EXTRA_HINT",
     "load_causal_lm",
@@ -98,6 +99,62 @@ def smollm2_location() -> Tuple[Path, str]:
     return folder, ggufs[0]
 
 
+KNOWN_MODEL_NAMES = (SMOLLM2_ALIAS,)
+"""Model names that need no path: each one a packaged model."""
+
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_MODEL_NAME_RULE = (
+    f"known names: {', '.join(repr(n) for n in KNOWN_MODEL_NAMES)}; otherwise a local folder of a saved model "
+    "(save_pretrained, e.g. GRPO's export_model), a .gguf file, or a hub id 'org/name' when the Hugging Face hub "
+    "is reachable"
+)
+
+
+def check_model_name(name: str) -> None:
+    """Fail at once, offline, on a model name that cannot load, instead of retrying the hub for minutes.
+
+    A known name, an existing local path, or a hub id already in the local cache is fine. A name that is none
+    of these fails when it is not shaped like a hub id ('org/name'), or when the hub is switched off
+    (`HF_HUB_OFFLINE`); the check makes no network call.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"model must be a non-empty name or path, got {name!r}; {_MODEL_NAME_RULE}")
+    if name in KNOWN_MODEL_NAMES or os.path.exists(name):
+        return
+    hint = _closest_name(name)
+    if name.startswith((".", "/", "~")) or name.endswith(".gguf") or name.count("/") > 1:
+        raise ValueError(f"model {name!r}: no such file or folder{hint}; {_MODEL_NAME_RULE}")
+    if _in_hub_cache(name):
+        return
+    if "/" not in name:
+        raise ValueError(f"unknown model name {name!r}{hint}; {_MODEL_NAME_RULE}")
+    offline = [var for var in _OFFLINE_ENV if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")]
+    if offline:
+        raise ValueError(
+            f"model {name!r} is not in the local Hugging Face cache and {offline[0]} is set, so the hub is not "
+            f"asked{hint}; {_MODEL_NAME_RULE}"
+        )
+
+
+def _closest_name(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), KNOWN_MODEL_NAMES, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether the hub cache holds `name`'s config (no network: huggingface_hub reads the cache folder)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # an invalid repo id for the cache layout: not cached
+        return False
+
+
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     """Make a tokenizer usable for batched generation: a pad token (eos when absent) and left padding."""
     if tokenizer.pad_token_id is None:
@@ -121,11 +178,14 @@ def load_causal_lm(
     Weights are float32 by default (what training needs); `dtype="auto"` serves bfloat16 on CUDA. The model
     is returned in eval mode on `device`.
     """
+    check_model_name(name_or_path)
     require_train_extra()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source: str = name_or_path
+    if name_or_path == SMOLLM2_ALIAS and gguf_file is None and not model_kwargs:
+        return _load_smollm2_cached(device=device, dtype=dtype)
     if name_or_path == SMOLLM2_ALIAS:
         folder, gguf_name = smollm2_location()
         source, gguf_file = str(folder), gguf_file or gguf_name
@@ -137,12 +197,98 @@ def load_causal_lm(
                 raise ImportError(f"loading a GGUF model needs {module!r}; {TRAIN_EXTRA_HINT}")
     extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file is not None else {}
     logger.info("Loading causal LM from %s%s", source, f" ({gguf_file})" if gguf_file else "")
+    _quiet_progress_bars_off_a_terminal()
     tokenizer = AutoTokenizer.from_pretrained(source, **extra)
     dtype = torch.float32 if dtype is None else resolve_dtype(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra, **model_kwargs)
     model.to(resolve_device(device))  # type: ignore[arg-type]
     model.eval()
     return model, prepare_tokenizer(tokenizer)
+
+
+def smollm2_cache_folder() -> Optional[Path]:
+    """Where the converted SmolLM2 is kept (`AGL_MODEL_CACHE`), named after the GGUF file and its size, or None."""
+    from ..env_var import LightningEnvVar, resolve_str_env_var
+
+    configured = resolve_str_env_var(LightningEnvVar.AGL_MODEL_CACHE)
+    if configured is not None and configured.lower() in ("off", "0", "false", "no"):
+        return None
+    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "agentlightning" / "models"
+    folder, gguf_name = smollm2_location()
+    size = (folder / gguf_name).stat().st_size
+    return root / f"{Path(gguf_name).stem}-{size}"
+
+
+def _load_smollm2_cached(
+    *, device: Union[str, torch.device, None], dtype: Union[str, torch.dtype, None]
+) -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """SmolLM2 from the converted copy (seconds), converting the GGUF file (a minute or more) the first time.
+
+    The copy holds exactly the dequantized float32 weights, so both paths give the same model. A copy that
+    cannot be written (read-only home) only costs the conversion next time.
+    """
+    cache = smollm2_cache_folder()
+    if cache is not None and (cache / "config.json").is_file():
+        try:
+            return load_causal_lm(str(cache), device=device, dtype=dtype)
+        except (OSError, ValueError) as exc:  # a damaged copy: convert again
+            logger.warning("ignoring the converted SmolLM2 at %s (%s); converting the GGUF file again", cache, exc)
+    folder, gguf_name = smollm2_location()
+    model, tokenizer = load_causal_lm(str(folder), gguf_file=gguf_name, device="cpu")  # float32: what is kept
+    if cache is not None:
+        _save_atomically(model, tokenizer, cache)
+    if dtype is not None:
+        model.to(dtype=resolve_dtype(dtype, device))  # type: ignore[call-arg]
+    model.to(resolve_device(device))  # type: ignore[arg-type]
+    return model, tokenizer
+
+
+def _save_atomically(model: Any, tokenizer: Any, target: Path) -> None:
+    import shutil
+    import tempfile
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            _save_float32_model(model, staging)
+            tokenizer.save_pretrained(staging)
+            staging.rename(target)  # another process may have won the race: keep its copy
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        logger.info("could not keep the converted SmolLM2 under %s: %s", target, exc)
+
+
+def _save_float32_model(model: Any, folder: Path) -> None:
+    """A dequantized GGUF model in Hugging Face format (`save_pretrained` refuses a model loaded from GGUF)."""
+    import copy
+
+    from safetensors.torch import save_model
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+    save_model(model, str(folder / "model.safetensors"))  # tied weights once
+
+
+def _quiet_progress_bars_off_a_terminal() -> None:
+    """Loading bars redraw with carriage returns: in a log file they become one line of kilobytes."""
+    import sys
+
+    if sys.stderr.isatty():
+        return
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+    except ImportError:
+        return
+    disable_progress_bars()
 
 
 def load_smollm2(

@@ -56,12 +56,18 @@ def kv_cache_keyword(model: Any) -> str:
 def last_logits_only(model: Any) -> dict[str, int]:
     """`logits_to_keep=1` where `model.forward` takes it: the vocabulary projection of the prompt's other
     positions is never used (it is about a fifth of the prefill's work for SmolLM2)."""
+    return trailing_logits(model, 1)
+
+
+def trailing_logits(model: Any, count: int) -> dict[str, int]:
+    """`logits_to_keep=count` (>= 1) where `model.forward` takes it: only the last `count` positions are
+    projected onto the vocabulary; {} otherwise (the caller then gets every position's logits)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     try:
         parameters = inspect.signature(base.forward).parameters
     except (TypeError, ValueError):
         return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+    return {"logits_to_keep": max(1, int(count))} if "logits_to_keep" in parameters else {}
 
 
 @dataclass(frozen=True)

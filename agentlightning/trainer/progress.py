@@ -2,7 +2,8 @@
 
 Validation and training steps can take minutes without a log line the user sees (scripts often log at
 WARNING). While the algorithm runs, `RunProgress` prints a line to stderr every `interval` seconds:
-rollouts done per mode, failures, running and queued. When the run's unfinished rollouts have not
+rollouts done per mode, failures, running and queued, and the algorithm's phase when it tells one
+(GRPO: rollouts, learner update with micro-batches done and tokens/s, weight swap, evaluation). When the run's unfinished rollouts have not
 moved for `stall_timeout` seconds (default 180, env `AGL_STALL_SECONDS`) and no runner can move them
 (the runners holding them sent no heartbeat in that time, and none is alive to take the queued ones),
 it raises `RunError` saying what it waited for, instead of waiting for ever.
@@ -97,6 +98,7 @@ class RunProgress:
         output: Optional[TextIO] = None,
         clock: Callable[[], float] = time.monotonic,
         check_every: float = _CHECK_SECONDS,
+        phase: Optional[Callable[[], str]] = None,
     ) -> None:
         self.store = store
         self.algorithm_name = algorithm_name
@@ -110,6 +112,8 @@ class RunProgress:
         self._snapshot: Counter[tuple[str, str]] = Counter()
         self._holders: set[Optional[str]] = set()  # workers of the run's rollouts now preparing or running
         self._held: list[AttemptedRollout] = []  # those rollouts
+        self._phase = phase
+        """What the algorithm is doing (`GRPO.describe_phase`: learner update 3/4 micro-batches, ...)."""
 
     async def run_alongside(self, algorithm: Awaitable[T]) -> T:
         """Await `algorithm` while watching; a stall cancels it and raises `RunError`."""
@@ -190,6 +194,18 @@ class RunProgress:
         return queued > 0 and bool(live)
 
     def line(self) -> str:
+        phase = self._describe_phase()
+        return self._rollouts_line() + (f"; {self.algorithm_name}: {phase}" if phase else "")
+
+    def _describe_phase(self) -> str:
+        if self._phase is None:
+            return ""
+        try:
+            return str(self._phase() or "")
+        except Exception:  # a progress line must never fail the run
+            return ""
+
+    def _rollouts_line(self) -> str:
         elapsed = format_duration(self._clock() - self._started)
         if not self._snapshot:
             return f"agentlightning: {elapsed}: {self.algorithm_name} has not started a rollout yet"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from agentlightning.semconv import AGL_RUN
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
-from agentlightning.types import EnqueueRolloutRequest, Hook, Rollout
+from agentlightning.types import EnqueueRolloutRequest, Rollout
 
 if TYPE_CHECKING:
     pass

@@ -19,7 +19,7 @@ from agentlightning.algorithm.base import Algorithm
 from agentlightning.algorithm.fast import FastAlgorithm
 from agentlightning.execution.base import ExecutionStrategy
 from agentlightning.execution.client_server import ClientServerExecutionStrategy
-from agentlightning.execution.errors import RolloutsFailedError, RunError
+from agentlightning.execution.errors import RolloutsFailedError, RunError, report_run_errors_in_one_line
 from agentlightning.execution.events import ExecutionEvent
 from agentlightning.execution.ray_strategy import RayExecutionStrategy
 from agentlightning.execution.shared_memory import SharedMemoryExecutionStrategy
@@ -405,9 +405,11 @@ class Trainer:
                 self._runner_bundle(agent, run),
                 self.store,
             )
-        except RunError as exc:  # its message says it all: a short traceback from here
+        except RunError as exc:  # its message says it all: one line when uncaught
+            report_run_errors_in_one_line()
             raise exc.with_traceback(None) from None
         except ConnectionError as exc:  # a store client gave up after its retry budget
+            report_run_errors_in_one_line()
             raise RunError(str(exc)) from None
         except KeyboardInterrupt:
             print(
@@ -422,6 +424,7 @@ class Trainer:
         if self.summary:
             print(summary.render(), flush=True)
         if summary.all_failed:
+            report_run_errors_in_one_line()
             raise RolloutsFailedError(
                 f"all {summary.failed} rollouts failed ({summary.failure_counts()}); the first one's traceback "
                 "is in the log above"
@@ -447,7 +450,12 @@ class Trainer:
                 await self._run_algorithm(algorithm, store, event, train_dataset, val_dataset)
                 return
             run_store = RunStore(store, run)
-            progress = RunProgress(run_store, algorithm_name=type(algorithm).__name__, interval=self.progress_interval)
+            progress = RunProgress(
+                run_store,
+                algorithm_name=type(algorithm).__name__,
+                interval=self.progress_interval,
+                phase=getattr(algorithm, "describe_phase", None),
+            )
             await progress.run_alongside(self._run_algorithm(algorithm, run_store, event, train_dataset, val_dataset))
             try:
                 served_at = _served_at(store) if store is not self.store else None

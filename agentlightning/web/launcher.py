@@ -96,6 +96,13 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
 class PortInUseError(OSError, RuntimeError):
     """The server cannot listen on its port. An `OSError` (with `errno`) and, as in v0.3, a `RuntimeError`."""
 
+    FIX = "pass port=0"
+    """The advice in the message, worded for Python callers; `for_cli` words it for a command line."""
+
+    def for_cli(self, flag: str = "--port 0") -> str:
+        """The message with the command line's flag in the advice (`agl store: ... pass --port 0 ...`)."""
+        return str(self).replace(self.FIX, f"pass {flag}")
+
 
 def _bind_socket(host: str, port: int) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -109,8 +116,8 @@ def _bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise PortInUseError(
             exc.errno,
-            f"cannot listen on {host}:{port} ({exc.strerror}); stop whatever uses that port or pass port=0 "
-            "to pick a free one",
+            f"cannot listen on {host}:{port} ({exc.strerror}); stop whatever uses that port or "
+            f"{PortInUseError.FIX} to pick a free one",
         ) from exc
     sock.setblocking(False)
     return sock

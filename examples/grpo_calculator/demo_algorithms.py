@@ -30,6 +30,7 @@ class DemoClock:
 
     start: float = field(default_factory=time.perf_counter)
     eval_s: float = 0.0
+    training_began: bool = False
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.start
@@ -59,6 +60,8 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         get_initial_resources: Any
         _enqueue: Any
         _wait: Any
+        describe_phase: Any
+        phase: str
 
         def _init_progress(self) -> None:
             self.progress: Any = None
@@ -109,11 +112,13 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
                 for rollout in await store.query_rollouts(status_in=["succeeded", "failed", "cancelled"]):
                     meta = rollout.metadata or {}
                     done += rollout.mode == mode and meta.get(self.META_STEP) == step
-                self._describe(f"{label}: {done}/{total} rollouts")
+                phase = self.describe_phase()
+                doing = f", {phase}" if phase and phase != "rollouts" else ""
+                self._describe(f"{label}: {done}/{total} rollouts{doing}")
                 now = time.perf_counter()
                 if self.log_lines and now - last_line >= 15.0:
                     last_line = now
-                    print(f"  {label}: {done}/{total} rollouts done ({now - began:.0f} s)", flush=True)
+                    print(f"  {label}: {done}/{total} rollouts done{doing} ({now - began:.0f} s)", flush=True)
                 await asyncio.sleep(2.0)
 
         def _describe(self, text: str) -> None:
@@ -142,6 +147,7 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             label = self._label(step)
             tasks = len(val_dataset)
             passes = (("greedy", _GREEDY), ("sampled", _SAMPLED)) if self._samples_at(step) else (("greedy", _GREEDY),)
+            self.phase = "evaluation"
             watcher = asyncio.ensure_future(self._watch("val", step, len(passes) * tasks, label))
             began, train_s = time.perf_counter(), self.clock.train_s()
             try:
@@ -169,9 +175,10 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
                     f"{self.config.rollout_timeout_s:.0f} s; they count as wrong answers"
                 )
             sampled = f", sampled {result['sampled_exact']:.0%}" if "sampled_exact" in result else ""
+            trained = f"; {train_s:.0f} s of training" if self.clock.training_began else ""  # none before step 1
             self._print(
                 f"{label}: exact answers greedy {result['greedy_exact']:.0%}{sampled} of {tasks} held-out tasks "
-                f"(greedy reward {result['greedy_reward']:.3f}, {result['time_s']:.0f} s; {train_s:.0f} s of training)"
+                f"(greedy reward {result['greedy_reward']:.3f}, {result['time_s']:.0f} s{trained})"
             )
             self._advance(f"{label} done")
             metrics = {"val_reward_mean": result["greedy_reward"], "val_exact_accuracy": result["greedy_exact"]}
@@ -186,6 +193,7 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             step = self.learner.global_step
             if self.train_started is None:
                 self.train_started = time.perf_counter()
+            self.clock.training_began = True
             watcher = asyncio.ensure_future(self._watch("train", step, cfg.batch_size * cfg.group_size, label))
             try:
                 metrics = await super().train_step(train_dataset, reuse_store=reuse_store)  # type: ignore[misc]

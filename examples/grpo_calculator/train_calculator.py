@@ -68,6 +68,7 @@ _OUTPUTS = (
     "metrics.jsonl",
     "rft_metrics.jsonl",
     "reward_curve.png",
+    "rft_reward_curve.png",
     "summary.json",
     "model",
 )
@@ -272,16 +273,32 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
-    """Train reward (+-std) and exact-answer rate per step, and the validation reward before/after."""
+def plot_demo_curve(
+    metrics_path: Path, png_path: Path, title: str, untrained: Optional[Dict[str, float]] = None
+) -> List[str]:
+    """Train reward (+-std) and exact-answer rate per step, and the held-out results; returns the x tick labels.
+
+    `untrained`: the held-out result of the model before the warm start, drawn at the left ("untrained").
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from agentlightning.algorithm.grpo import read_metrics
 
     records = read_metrics(metrics_path)
+    if untrained:
+        records = [
+            {
+                "step": -1,
+                "val_reward_mean": untrained.get("greedy_reward", 0.0),
+                "val_exact_accuracy": untrained.get("greedy_exact", 0.0),
+                **({"val_sampled_exact_accuracy": untrained["sampled_exact"]} if "sampled_exact" in untrained else {}),
+            },
+            *records,
+        ]
     train = [r for r in records if isinstance(r.get("reward_mean"), (int, float))]
     val = [r for r in records if isinstance(r.get("val_reward_mean"), (int, float))]
     figure, axes = plt.subplots(figsize=(7, 4))
@@ -311,6 +328,11 @@ def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
             label="held-out exact, sampled",
         )
     axes.set_xlabel("GRPO step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    if untrained:
+        last = max((int(r["step"]) for r in records), default=0)
+        axes.set_xticks(list(range(-1, last + 1)))
+        axes.set_xticklabels(["untrained", "warm\nstart", *(str(step) for step in range(1, last + 1))])
     axes.set_ylabel("reward / rate")
     axes.set_ylim(-0.05, 1.05)
     axes.set_title(title)
@@ -318,7 +340,9 @@ def plot_demo_curve(metrics_path: Path, png_path: Path, title: str) -> None:
     axes.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
     figure.savefig(png_path, dpi=80)
+    labels = [tick.get_text() for tick in axes.get_xticklabels()]
     plt.close(figure)
+    return labels
 
 
 def prepare_output_dir(output_dir: Path) -> None:
@@ -392,8 +416,12 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         grpo.learner.export_model(output_dir / "model")
     summary = _summary(args, grpo, rft, time.perf_counter() - began, store_path, metrics_path)
     stages_title = "GRPO" if rft is None else "RFT warm start (step 0), then GRPO"
+    untrained = None if rft is None else rft.val_results.get(0)
     plot_demo_curve(
-        metrics_path, output_dir / "reward_curve.png", f"{stages_title} on the calculator task (SmolLM2, CPU)"
+        metrics_path,
+        output_dir / "reward_curve.png",
+        f"{stages_title} on the calculator task (SmolLM2, CPU)",
+        untrained,
     )
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_summary(summary, output_dir)

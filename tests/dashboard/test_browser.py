@@ -429,7 +429,7 @@ def test_training_page_plots_rewards_and_throughput(page: Page, server: StorePro
     train_points = sum(1 for rid, r in seeded.rewards.items() if seeded.modes[rid] == "train")
     val_points = sum(1 for rid, r in seeded.rewards.items() if seeded.modes[rid] == "val")
     expect(chart.locator(".series-train-raw circle")).to_have_count(train_points)
-    expect(chart.locator(".series-val-raw circle")).to_have_count(val_points)
+    expect(chart.locator('g[class*="series-val"][class$="-raw"] circle')).to_have_count(val_points)
     expect(chart.locator(".series-train path")).to_have_count(1)
     expect(page.locator("#throughput-chart svg rect")).not_to_have_count(0)
     versions = page.locator("#versions-table")
@@ -441,7 +441,7 @@ def test_training_page_plots_rewards_and_throughput(page: Page, server: StorePro
     expect(page.locator("#reward-chart")).to_contain_text("finish time")
     page.click('[data-filter="mode"] [data-value="val"]')
     expect(chart.locator(".series-train-raw circle")).to_have_count(0)
-    expect(page.locator("#reward-chart svg .series-val-raw circle")).to_have_count(val_points)
+    expect(page.locator('#reward-chart svg g[class*="series-val"][class$="-raw"] circle')).to_have_count(val_points)
 
 
 def test_settings_page_saves_the_refresh_interval(page: Page) -> None:

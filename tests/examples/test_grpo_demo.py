@@ -236,3 +236,26 @@ def test_quick_demo_in_deterministic_mode_repeats_itself_and_evaluates_after_eve
     # The same seed gave the same run: rewards, losses, rows, held-out results.
     assert [_steady(r) for r in records] == [_steady(r) for r in other_records]
     assert summary["curve"] == other_summary["curve"]
+
+
+def test_the_demo_curve_has_whole_steps_and_starts_from_the_untrained_model(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    records = [
+        {"step": 0, "val_reward_mean": 0.6, "val_exact_accuracy": 0.5, "val_sampled_exact_accuracy": 0.25},
+        {"step": 1, "reward_mean": 0.5, "reward_std": 0.2, "exact_rate": 0.4},
+        {
+            "step": 2,
+            "reward_mean": 0.7,
+            "reward_std": 0.1,
+            "exact_rate": 0.6,
+            "val_reward_mean": 0.9,
+            "val_exact_accuracy": 1.0,
+        },
+    ]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    untrained = {"greedy_exact": 0.0, "greedy_reward": 0.1, "sampled_exact": 0.0}
+    labels = train_calculator.plot_demo_curve(metrics, tmp_path / "curve.png", "RFT, then GRPO", untrained)
+    assert labels == ["untrained", "warm\nstart", "1", "2"]
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    labels = train_calculator.plot_demo_curve(metrics, tmp_path / "grpo.png", "GRPO")
+    assert all(label.lstrip("\u2212-").isdigit() for label in labels if label)  # no 0.5 steps

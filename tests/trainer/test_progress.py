@@ -230,3 +230,35 @@ def test_a_killed_runners_rollout_is_failed_or_retried_at_the_silence_limit(
         trainer.fit(SelfKilling(), [])
     assert outcome["rollout"].status == status
     assert [a.status for a in outcome["attempts"]] == attempts
+
+
+async def test_a_progress_line_says_what_the_algorithm_is_doing() -> None:
+    store = RunStore(InMemoryLightningStore(), "run")
+    phase = "learner update: 2/4 micro-batches, 310 tokens/s"
+    progress = RunProgress(store, algorithm_name="GRPO", phase=lambda: phase)
+    await store.start_rollout(input=0, mode="train")
+    await progress.refresh()
+    assert progress.line().endswith(
+        "train 0/1 done; 1 running, 0 queued; GRPO: learner update: 2/4 micro-batches, 310 tokens/s"
+    )
+    phase = ""
+    assert progress.line().endswith("; 1 running, 0 queued")
+
+
+def test_a_phase_that_fails_to_describe_itself_leaves_the_line_alone() -> None:
+    def broken() -> str:
+        raise RuntimeError("no learner yet")
+
+    progress = RunProgress(RunStore(InMemoryLightningStore(), "run"), algorithm_name="GRPO", phase=broken)
+    assert progress.line().endswith(": GRPO has not started a rollout yet")
+
+
+def test_a_schedule_names_its_running_stage_in_the_phase() -> None:
+    class Stage(agl.Baseline):
+        def describe_phase(self) -> str:
+            return "weight swap"
+
+    schedule = agl.Schedule([agl.Baseline(), Stage()])
+    assert schedule.describe_phase() == ""
+    schedule._running = schedule.stages[1]  # pyright: ignore[reportPrivateUsage]  # what run() sets
+    assert schedule.describe_phase() == "Stage weight swap"

@@ -89,9 +89,11 @@ class GRPO(PolicyHandoff, RolloutCollection):
         poll_interval: float = 0.2,
         **config_overrides: Any,
     ) -> None:
-        from ...serving.models import require_train_extra
+        from ...serving.models import check_model_name, require_train_extra
 
         require_train_extra()
+        if isinstance(model, str):
+            check_model_name(model)
         base = config.to_dict() if config is not None else {}
         self.config = self._learner_config({**base, **config_overrides})
         if not isinstance(model, str) and tokenizer is None:
@@ -123,6 +125,13 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Set by `train_step` once its rollouts are in: whether this step is the run's last one."""
         self._pending: Dict[GroupKey, PendingGroup] = {}
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
+        self.phase = "starting"
+        """What the loop is doing: loading the model, rollouts, learner update, weight swap, evaluation."""
+
+    def describe_phase(self) -> str:
+        """The phase for progress lines; during an update the learner's micro-batches done and tokens/s."""
+        learner = self.learner.progress.describe() if self.learner is not None else ""
+        return learner or self.phase
 
     def _learner_config(self, values: Dict[str, Any]) -> GRPOConfig:
         """The learner's hyperparameters from the algorithm's config values (a subclass reads its own config)."""
@@ -147,10 +156,13 @@ class GRPO(PolicyHandoff, RolloutCollection):
 
     def build(self) -> Tuple[GRPOLearner, PolicyServer]:
         """Load the model, build the learner and start the policy server that shares its weights."""
+        from ...serving.heap import limit_malloc_arenas
         from ...serving.models import resolve_device, resolve_dtype
         from ...serving.server import PolicyServer
         from .learner import GRPOLearner
 
+        self.phase = "loading the model"
+        limit_malloc_arenas()  # before the server's and the updates' threads allocate (see serving/heap.py)
         model, tokenizer = self._load_model()
         device = resolve_device(self.config.device)
         dtype = next(model.parameters()).dtype
@@ -227,8 +239,9 @@ class GRPO(PolicyHandoff, RolloutCollection):
             logger.info("%s run summary: %s", self.NAME, self.run_metadata["summary"]["line"])
             self.finish_tracking()
             await server.astop()
-            if writer is not None and writer.path.exists():
-                plot_reward_curve(writer.path, writer.path.with_name("reward_curve.png"))
+            if writer is not None and writer.path.exists():  # metrics.jsonl -> reward_curve.png, rft_metrics...
+                png = writer.path.with_name(writer.path.stem.replace("metrics", "reward_curve") + ".png")
+                plot_reward_curve(writer.path, png, title=f"{self.NAME} reward")
 
     async def _record_run_metadata(self, server: PolicyServer) -> None:
         """Fill `run_metadata` (written to `run.json`); in deterministic mode run its self-check first."""
@@ -299,6 +312,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         learner, server, cfg = self.learner, self.server, self.config
         step = learner.global_step
         started = time.perf_counter()
+        self.phase = "rollouts"
         if cfg.async_rollouts:
             batch = await self._collect_complete_groups(train_dataset, step, reuse_store, started)
             self.last_step = step + 1 >= cfg.total_steps or self.budget_spent()
@@ -318,8 +332,10 @@ class GRPO(PolicyHandoff, RolloutCollection):
             metrics = learner.skip_step(samples)
         else:
             update = self._async_update if cfg.async_rollouts else self._locked_update
+            self.phase = "learner update"
             metrics = await asyncio.to_thread(update, samples)
             metrics["update_skipped"] = 0.0
+        self.phase = "rollouts"
         metrics.update(batch.metrics)
         metrics.update(tied_dropped)
         returns = [rollout_return(group, cfg.reward_fill_value) for group in batch.groups]
@@ -346,6 +362,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Update the learner's weights while generation continues on the served copy, then swap them in."""
         assert self.learner is not None and self.server is not None
         metrics = self.learner.step(samples, off_policy=True)
+        self.phase = "weight swap (waiting for the rollouts on the old weights)"
         self.server.swap_weights(self.learner.policy, drain_timeout=self.config.rollout_timeout_s)
         metrics["drain_time_s"] = self.server.drain_times_s[-1]
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
@@ -357,6 +374,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples)
+        self.phase = "weight swap"
         self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         metrics.update(self.check_weight_sync())
@@ -378,6 +396,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
     async def evaluate(self, val_dataset: Dataset[Any]) -> Dict[str, float]:
         """One rollout per validation task at `val_temperature`; returns `val_reward_mean` and counts."""
         assert self.learner is not None
+        self.phase = "evaluation"
         requests = {(i, 0): val_dataset[i] for i in range(len(val_dataset))}
         step = self.learner.global_step
         enqueued = await self._enqueue(requests, step, mode="val", resources_id=self.VAL_RESOURCES_ID)

@@ -48,6 +48,7 @@ __all__ = [
     "rollout_row_weights",
     "policy_version_of",
     "collate",
+    "micro_batches",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,104 +156,41 @@ def samples_from_rollouts(
     counters = stats if stats is not None else {}
     for key in _COUNTERS:
         counters.setdefault(key, 0)
-    all_returns: List[List[float]] = []
-    for rollout in rollouts:
-        rewards = [t.reward for t in rollout.triplets]
-        if rollout.final_reward is not None and rewards:
-            rewards[-1] = rollout.final_reward
-        elif rollout.final_reward is not None:
-            rewards = [rollout.final_reward]
-        all_returns.append(turn_returns(rewards, turn_discount, reward_fill_value))
-    advantages = group_advantages(all_returns, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps)
-    all_turns: List[List[TurnTokens]] = []
-    all_versions: List[List[Optional[int]]] = []
-    all_roles: List[Dict[int, Optional[str]]] = []
-    for rollout in rollouts:
-        turns: List[TurnTokens] = []
-        turn_roles: Dict[int, Optional[str]] = {}
-        for index, triplet in enumerate(rollout.triplets):
-            counters["triplets"] += 1
-            tokens = triplet_tokens(triplet)
-            if tokens is None:
-                counters["skipped_triplets"] += 1
-                continue
-            if triplet.metadata.get(TOKEN_IDS_SOURCE) == RETOKENIZED:
-                counters["triplets_retokenized"] += 1
-            role = role_of(triplet) if role_of is not None else None
-            if role_of is not None and role is None:
-                counters["triplets_without_role"] += 1
-                continue
-            turn_roles[index] = role
-            turns.append(TurnTokens(*tokens, index=index))
-        all_turns.append(turns)
-        all_roles.append(turn_roles)
-        all_versions.append([policy_version_of(t) for t in rollout.triplets])
-    # The advantage of every call (by triplet index): the rollout's, or its turn's, plus the step credit.
+    # Per rollout: the return of each call, then advantages relative to the rollout's group.
+    returns = [_call_returns(rollout, turn_discount, reward_fill_value) for rollout in rollouts]
+    groups = [r.group_id for r in rollouts]
+    advantages = group_advantages(returns, groups, scale=scale_advantages, eps=eps)
+    calls = [_calls_of(rollout, counters, role_of) for rollout in rollouts]
     call_advantages: List[List[float]] = [
         [values[0]] * len(values) if advantage_level == "rollout" and values else list(values) for values in advantages
     ]
     if step_advantage_weight:
-        observations: List[List[object]] = []
-        for rollout, turns, returns in zip(rollouts, all_turns, all_returns, strict=True):
-            keys: List[object] = [("no-token-ids", rollout.rollout_id, i) for i in range(len(returns))]
-            for turn, key in zip(turns, observation_keys(turns), strict=True):
-                keys[turn.index] = key
-            observations.append(keys)
-        steps = step_advantages(
-            all_returns, observations, [r.group_id for r in rollouts], scale=scale_advantages, eps=eps
+        call_advantages = _with_step_advantages(
+            call_advantages, rollouts, calls, returns, step_advantage_weight, scale=scale_advantages, eps=eps
         )
-        call_advantages = [
-            [a + step_advantage_weight * s for a, s in zip(row, step_row, strict=True)]
-            for row, step_row in zip(call_advantages, steps, strict=True)
-        ]
+    # Per rollout again: its calls become rows, each row a sample carrying its first call's advantage.
+    limits = (max_prompt_length, max_response_length)
     samples: List[Sample] = []
-    for rollout, returns, rollout_advantages, turns, versions, turn_roles in zip(
-        rollouts, all_returns, call_advantages, all_turns, all_versions, all_roles, strict=True
+    for rollout, rollout_returns, rollout_advantages, rollout_calls in zip(
+        rollouts, returns, call_advantages, calls, strict=True
     ):
-        if aggregation == "trajectory":
-            rows: List[TrajectoryRow] = []
-            for role_turns in _split_by_role(turns, turn_roles):  # one role's calls never merge with another's
-                role_rows, breaks = merge_turns(role_turns, decode=decode)
-                rows.extend(role_rows)
-                for item in breaks:
-                    counters[f"breaks_{item.cause}"] += 1
-        else:
-            rows = [row for turn in turns for row in merge_turns([turn])[0]]
-        produced = 0
-        for row in rows:
-            first = row.turns[0]
-            if max_prompt_length is not None and len(row.prompt_ids) > max_prompt_length:
-                counters["rows_dropped_prompt_too_long"] += 1
-                continue
-            token_advantages: Optional[List[float]] = None
-            if step_advantage_weight and len(row.turns) > 1:
-                token_advantages = [0.0] * len(row.response_ids)
-                bounds = [*row.response_starts[1:], len(row.response_ids)]
-                start = 0
-                for turn_index, end in zip(row.turns, bounds, strict=True):
-                    token_advantages[start:end] = [rollout_advantages[turn_index]] * (end - start)
-                    start = end
-            sample = Sample(
-                prompt_ids=row.prompt_ids,
-                response_ids=row.response_ids,
-                advantage=rollout_advantages[first],
-                token_advantages=token_advantages,
-                old_logprobs=row.logprobs,
-                reward=returns[first],
-                rollout_id=rollout.rollout_id,
-                group_id=rollout.group_id,
-                loss_mask=row.loss_mask if 0 in row.loss_mask else None,
-                turns=len(row.turns),
-                role=turn_roles.get(first),
-                policy_version=min((v for v in (versions[t] for t in row.turns) if v is not None), default=None),
+        produced: List[Sample] = []
+        for row in _rows_of(rollout_calls, aggregation, decode, counters):
+            sample = _sample_of(
+                row,
+                rollout,
+                rollout_calls,
+                rollout_returns,
+                rollout_advantages,
+                step_advantage_weight,
+                limits,
+                counters,
             )
-            if max_response_length is not None and len(sample.response_ids) > max_response_length:
-                counters["rows_truncated"] += 1
-                sample = truncate_sample(sample, len(sample.prompt_ids), max_response_length)
-            samples.append(sample)
-            produced += 1
-        counters["rows"] += produced
-        if produced == 0:
+            if sample is not None:
+                produced.append(sample)
+        samples.extend(produced)
+        counters["rows"] += len(produced)
+        if not produced:
             counters["rollouts_without_samples"] += 1
     if counters["skipped_triplets"]:
         logger.warning(
@@ -262,6 +200,135 @@ def samples_from_rollouts(
             counters["triplets"],
         )
     return samples
+
+
+@dataclass
+class _RolloutCalls:
+    """The calls of one rollout that carry token ids: their tokens, role and the policy version of each call."""
+
+    turns: List[TurnTokens]
+    roles: Dict[int, Optional[str]]
+    versions: List[Optional[int]]
+
+
+def _call_returns(rollout: RolloutTriplets, discount: float, fill_value: float) -> List[float]:
+    """The (discounted) return of each call of a rollout, its final reward replacing the last call's."""
+    rewards = [t.reward for t in rollout.triplets]
+    if rollout.final_reward is not None and rewards:
+        rewards[-1] = rollout.final_reward
+    elif rollout.final_reward is not None:
+        rewards = [rollout.final_reward]
+    return turn_returns(rewards, discount, fill_value)
+
+
+def _calls_of(
+    rollout: RolloutTriplets, counters: Dict[str, int], role_of: Optional[Callable[[Triplet], Optional[str]]]
+) -> _RolloutCalls:
+    """The rollout's calls with token ids (counting those without, retokenized ones and those of no role)."""
+    turns: List[TurnTokens] = []
+    roles: Dict[int, Optional[str]] = {}
+    for index, triplet in enumerate(rollout.triplets):
+        counters["triplets"] += 1
+        tokens = triplet_tokens(triplet)
+        if tokens is None:
+            counters["skipped_triplets"] += 1
+            continue
+        if triplet.metadata.get(TOKEN_IDS_SOURCE) == RETOKENIZED:
+            counters["triplets_retokenized"] += 1
+        role = role_of(triplet) if role_of is not None else None
+        if role_of is not None and role is None:
+            counters["triplets_without_role"] += 1
+            continue
+        roles[index] = role
+        turns.append(TurnTokens(*tokens, index=index))
+    return _RolloutCalls(turns, roles, [policy_version_of(t) for t in rollout.triplets])
+
+
+def _with_step_advantages(
+    call_advantages: List[List[float]],
+    rollouts: Sequence[RolloutTriplets],
+    calls: Sequence[_RolloutCalls],
+    returns: List[List[float]],
+    weight: float,
+    *,
+    scale: bool,
+    eps: float,
+) -> List[List[float]]:
+    """Each call's advantage plus `weight` x its GiGPO-style step advantage (anchors: identical observations)."""
+    observations: List[List[object]] = []
+    for rollout, rollout_calls, rollout_returns in zip(rollouts, calls, returns, strict=True):
+        keys: List[object] = [("no-token-ids", rollout.rollout_id, i) for i in range(len(rollout_returns))]
+        for turn, key in zip(rollout_calls.turns, observation_keys(rollout_calls.turns), strict=True):
+            keys[turn.index] = key
+        observations.append(keys)
+    steps = step_advantages(returns, observations, [r.group_id for r in rollouts], scale=scale, eps=eps)
+    return [
+        [a + weight * s for a, s in zip(row, step_row, strict=True)]
+        for row, step_row in zip(call_advantages, steps, strict=True)
+    ]
+
+
+def _rows_of(
+    calls: _RolloutCalls,
+    aggregation: Aggregation,
+    decode: Optional[Callable[[List[int]], str]],
+    counters: Dict[str, int],
+) -> List[TrajectoryRow]:
+    """A rollout's rows: merged calls (one role's never with another's), or one row per call."""
+    if aggregation == "transition":
+        return [row for turn in calls.turns for row in merge_turns([turn])[0]]
+    rows: List[TrajectoryRow] = []
+    for role_turns in _split_by_role(calls.turns, calls.roles):
+        role_rows, breaks = merge_turns(role_turns, decode=decode)
+        rows.extend(role_rows)
+        for item in breaks:
+            counters[f"breaks_{item.cause}"] += 1
+    return rows
+
+
+def _sample_of(
+    row: TrajectoryRow,
+    rollout: RolloutTriplets,
+    calls: _RolloutCalls,
+    returns: List[float],
+    advantages: List[float],
+    step_advantage_weight: float,
+    limits: tuple[Optional[int], Optional[int]],
+    counters: Dict[str, int],
+) -> Optional[Sample]:
+    """One row as a training sample (None: its prompt is over the limit), cut to the response limit."""
+    max_prompt_length, max_response_length = limits
+    first = row.turns[0]
+    if max_prompt_length is not None and len(row.prompt_ids) > max_prompt_length:
+        counters["rows_dropped_prompt_too_long"] += 1
+        return None
+    token_advantages: Optional[List[float]] = None
+    if step_advantage_weight and len(row.turns) > 1:
+        token_advantages = [0.0] * len(row.response_ids)
+        bounds = [*row.response_starts[1:], len(row.response_ids)]
+        start = 0
+        for turn_index, end in zip(row.turns, bounds, strict=True):
+            token_advantages[start:end] = [advantages[turn_index]] * (end - start)
+            start = end
+    versions = (calls.versions[t] for t in row.turns)
+    sample = Sample(
+        prompt_ids=row.prompt_ids,
+        response_ids=row.response_ids,
+        advantage=advantages[first],
+        token_advantages=token_advantages,
+        old_logprobs=row.logprobs,
+        reward=returns[first],
+        rollout_id=rollout.rollout_id,
+        group_id=rollout.group_id,
+        loss_mask=row.loss_mask if 0 in row.loss_mask else None,
+        turns=len(row.turns),
+        role=calls.roles.get(first),
+        policy_version=min((v for v in versions if v is not None), default=None),
+    )
+    if max_response_length is not None and len(sample.response_ids) > max_response_length:
+        counters["rows_truncated"] += 1
+        sample = truncate_sample(sample, len(sample.prompt_ids), max_response_length)
+    return sample
 
 
 def _split_by_role(turns: List[TurnTokens], roles: Dict[int, Optional[str]]) -> List[List[TurnTokens]]:
@@ -355,6 +422,16 @@ class TokenBatch:
             row[start : start + length]
             for row, start, length in zip(rows, self.prompt_lengths, self.response_lengths, strict=False)
         ]
+
+
+def micro_batches(indices: Sequence[int], samples: Sequence[Sample], size: int) -> List[List[int]]:
+    """`indices` of `samples` in micro-batches of `size`, rows with the same prompt together and by length.
+
+    A micro-batch whose rows share their whole prompt encodes it once (`prefix.py`) and pads little; which
+    micro-batch a row lands in does not change an optimizer step's gradient (the sum over its rows).
+    """
+    ordered = sorted(indices, key=lambda i: (samples[i].prompt_ids, len(samples[i].response_ids), i))
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
 
 
 def collate(samples: Sequence[Sample], pad_token_id: int, row_weights: Optional[Sequence[float]] = None) -> TokenBatch:

@@ -76,4 +76,7 @@ class PolicyHandoff:
         self._handed_over = TrainedPolicy(
             model=model, tokenizer=self.learner.tokenizer, source=self.model_source(), trained_by=self.NAME
         )
+        # The next stage trains these weights with an optimizer of its own: this one's state (twice the
+        # weights' size with AdamW) would stay in memory for nothing.
+        self.learner.release_optimizer_state()
         return self._handed_over

@@ -11,12 +11,13 @@ import shutil
 import time
 from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
 
+from ...serving.heap import release_free_memory
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
-from .batch import Sample, TokenBatch, collate, rollout_row_weights, truncate_sample
+from .batch import Sample, TokenBatch, collate, micro_batches, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import Objective, grpo_loss, nll_loss, token_logprobs
 from .prefix import forward_logits, pad_left
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["GRPOLearner"]
+__all__ = ["GRPOLearner", "UpdateProgress"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,76 @@ _SUMMED_METRICS = {
 _ROLE_METRICS = ("loss", "pg_loss", "kl", "grad_norm", "samples", "advantage_abs_mean", "response_tokens")
 _WEIGHTS_FILE = "weights.pt"
 _STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class UpdateProgress:
+    """What a learner is doing, for progress lines: a phase ("scoring", "learner update"), micro-batches done
+    of its total, and the tokens it went through (read from other threads: plain attributes only)."""
+
+    phase: str = ""
+    done: int = 0
+    total: int = 0
+    tokens: int = 0
+    started: float = 0.0
+
+    def begin(self, phase: str, total: int) -> None:
+        self.done, self.total, self.tokens, self.started = 0, total, 0, time.perf_counter()
+        self.phase = phase
+
+    def advance(self, tokens: int) -> None:
+        self.tokens += tokens
+        self.done += 1
+
+    def finish(self) -> None:
+        self.phase = ""
+
+    def describe(self) -> str:
+        """`learner update: 3/4 micro-batches, 412 tokens/s`, or "" when idle."""
+        if not self.phase:
+            return ""
+        elapsed = time.perf_counter() - self.started
+        rate = f", {self.tokens / elapsed:.0f} tokens/s" if self.done and elapsed > 0 else ""
+        return f"{self.phase}: {self.done}/{self.total} micro-batches{rate}"
+
+
+@dataclass
+class _StepScale:
+    """What normalises a micro-batch's loss so the micro-batches of an optimizer step add up to its loss."""
+
+    num_tokens: float
+    num_sequences: float
+    total_weight: float
+
+
+@dataclass
+class _UpdateTally:
+    """Sums over an update's micro-batches, turned into the update's metrics at the end."""
+
+    sums: Dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    grad_norms: List[float] = field(default_factory=lambda: [])
+    losses: List[float] = field(default_factory=lambda: [])
+    tokens_seen: int = 0
+
+    def metrics(self, rows: Sequence[Sample], elapsed: float) -> Dict[str, float]:
+        tokens = max(self.sums["tokens"], 1.0)
+        advantages = [s.advantage for s in rows]
+        return {
+            "loss": sum(self.losses) / len(self.losses),
+            "pg_loss": self.sums["pg_loss"] / tokens,
+            "kl": self.sums["kl"] / tokens,
+            "entropy": self.sums["entropy"] / tokens,
+            "clip_fraction": self.sums["clip_fraction"] / tokens,
+            "ratio_mean": self.sums["ratio"] / tokens,
+            "grad_norm": sum(self.grad_norms) / len(self.grad_norms),
+            "optimizer_steps": float(len(self.losses)),
+            "samples": float(len(rows)),
+            "response_tokens": float(sum(s.trained_tokens for s in rows)),
+            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)),
+            "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
+            "train_tokens_per_s": self.tokens_seen / elapsed if elapsed > 0 else 0.0,
+            "train_time_s": elapsed,
+        }
 
 
 class GRPOLearner:
@@ -86,6 +157,8 @@ class GRPOLearner:
             self.trainable_parameters = [p for p in self.policy.parameters() if p.requires_grad]
             self.optimizer = self._optimizer(self.trainable_parameters)
         self.global_step = 0
+        self.progress = UpdateProgress()
+        """What the learner is doing now (scoring, updating: micro-batches done, tokens/s), for progress lines."""
         self.policy.eval()
 
     def _optimizer(self, parameters: List[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -133,22 +206,26 @@ class GRPOLearner:
         context = self._reference_context() if reference and self.reference is None else nullcontext()
         was_training = model.training
         model.eval()
-        values: List[List[float]] = []
+        values: List[List[float]] = [[] for _ in samples]
+        batches = micro_batches(list(range(len(samples))), samples, self.config.micro_batch_size)
+        self.progress.begin("scoring" if not reference else "scoring (reference)", len(batches))
         try:
             with torch.no_grad(), context:
-                for start in range(0, len(samples), self.config.micro_batch_size):
-                    batch = collate(samples[start : start + self.config.micro_batch_size], self.pad_token_id)
-                    batch = batch.to(self.device)
+                for indices in batches:
+                    batch = collate([samples[i] for i in indices], self.pad_token_id).to(self.device)
                     logits, offset = self._logits(model, batch)
                     logprobs, _ = token_logprobs(logits, batch.input_ids[:, offset:], self.config.temperature)
-                    logprobs = pad_left(logprobs, offset)
-                    values.extend(batch.response_values(logprobs))
+                    del logits
+                    for i, row in zip(indices, batch.response_values(pad_left(logprobs, offset)), strict=True):
+                        values[i] = row
+                    self.progress.advance(int(batch.attention_mask.sum().item()))
         finally:
             model.train(was_training)
         return values
 
     def _logits(self, model: Any, batch: TokenBatch) -> Tuple[torch.Tensor, int]:
-        """`(logits, offset)` of a micro-batch, its shared prompt prefix encoded once (see `prefix.py`)."""
+        """`(logits, offset)` of a micro-batch from its first response position on, its shared prompt prefix
+        encoded once (see `prefix.py`)."""
         from ...serving.sampling import kv_cache_keyword
 
         if self._cache_keyword is None:
@@ -160,6 +237,7 @@ class GRPOLearner:
             max_shared=min(batch.prompt_lengths),
             min_shared_tokens=self.config.shared_prefix_min_tokens,
             cache_keyword=self._cache_keyword,
+            keep_from=min(batch.prompt_lengths) - 1,
         )
 
     # Update ------------------------------------------------------------------------------------------
@@ -185,12 +263,24 @@ class GRPOLearner:
             raise ValueError(f"objective must be 'grpo' or 'nll', got {objective!r}")
         if not samples:
             raise ValueError("GRPO step got no samples; check that rollouts produced triplets with token ids")
-        if self.roles:
-            metrics = self._step_roles(samples, off_policy, objective)
-        else:
-            metrics = self._update(samples, off_policy, self.optimizer, self.trainable_parameters, objective)
+        try:
+            if self.roles:
+                metrics = self._step_roles(samples, off_policy, objective)
+            else:
+                metrics = self._update(samples, off_policy, self.optimizer, self.trainable_parameters, objective)
+        finally:
+            self.progress.finish()
+            release_free_memory()  # the activations' pages go back to the OS: the process stays flat across steps
         self.global_step += 1
         return metrics
+
+    def release_optimizer_state(self) -> None:
+        """Free the optimizers' state (AdamW: two tensors per weight) and the gradients, once this learner is
+        done (its weights handed on); a later `step` starts the moments from zero again."""
+        for optimizer in {id(o): o for o in [self.optimizer, *self.role_optimizers.values()]}.values():
+            optimizer.state.clear()
+            optimizer.zero_grad(set_to_none=True)
+        release_free_memory()
 
     def skip_step(self, samples: Sequence[Sample]) -> Dict[str, float]:
         """Count a step without updating (nothing to learn from `samples`): the weights and optimizer stay."""
@@ -234,147 +324,154 @@ class GRPOLearner:
         parameters: List[torch.nn.Parameter],
         objective: Objective = "grpo",
     ) -> Dict[str, float]:
-        import torch
-
-        cfg = self.config
+        """Prepare the rows (old, proximal and reference logprobs), then take the optimizer steps on them."""
         started = time.perf_counter()
         supervised = objective == "nll"
         off_policy = off_policy and not supervised
-        temperature = 1.0 if supervised else cfg.temperature
-        prepared = [truncate_sample(s, cfg.max_prompt_length, cfg.max_response_length) for s in samples]
-        missing = [] if supervised else [i for i, s in enumerate(prepared) if s.old_logprobs is None]
-        if missing:
-            for i, logprobs in zip(missing, self.score([prepared[i] for i in missing]), strict=False):
-                prepared[i] = replace(prepared[i], old_logprobs=logprobs)
-        is_stats = {"sum": 0.0, "capped": 0.0, "tokens": 0.0}
+        rows, recomputed = self._prepare(samples, supervised)
+        importance: Dict[str, float] = {}
         if off_policy:
-            for i, prox in enumerate(self.score(prepared)):
-                sample = prepared[i]
-                behaviour = sample.old_logprobs or prox
-                mask = sample.loss_mask or [1] * len(prox)
-                weights = [min(math.exp(p - b), cfg.is_ratio_cap) for p, b in zip(prox, behaviour, strict=True)]
-                for weight, keep in zip(weights, mask, strict=True):
-                    if keep:
-                        is_stats["sum"] += weight
-                        is_stats["capped"] += float(weight >= cfg.is_ratio_cap)
-                        is_stats["tokens"] += 1.0
-                prepared[i] = replace(sample, old_logprobs=prox, is_weights=weights)
-        use_reference = cfg.kl_coef > 0 and not supervised
-        if use_reference:
-            prepared = [
-                replace(s, ref_logprobs=r) for s, r in zip(prepared, self.score(prepared, reference=True), strict=False)
-            ]
+            rows, importance = self._with_importance_weights(rows)
+        if self.config.kl_coef > 0 and not supervised:
+            rows = [replace(s, ref_logprobs=r) for s, r in zip(rows, self.score(rows, reference=True), strict=True)]
+        tally = self._optimize(rows, optimizer, parameters, supervised, off_policy)
+        elapsed = time.perf_counter() - started
+        metrics = tally.metrics(rows, elapsed)
+        metrics["old_logprobs_recomputed"] = float(recomputed)
+        metrics["learning_rate"] = float(optimizer.param_groups[0]["lr"])
+        return {**metrics, **importance}
 
-        weights = rollout_row_weights(prepared)
+    def _prepare(self, samples: Sequence[Sample], supervised: bool) -> Tuple[List[Sample], int]:
+        """Rows cut to the length limits, with the sampler's logprobs (scored now where none were recorded)."""
+        cfg = self.config
+        rows = [truncate_sample(s, cfg.max_prompt_length, cfg.max_response_length) for s in samples]
+        missing = [] if supervised else [i for i, s in enumerate(rows) if s.old_logprobs is None]
+        if missing:
+            for i, logprobs in zip(missing, self.score([rows[i] for i in missing]), strict=True):
+                rows[i] = replace(rows[i], old_logprobs=logprobs)
+        return rows, len(missing)
+
+    def _with_importance_weights(self, rows: List[Sample]) -> Tuple[List[Sample], Dict[str, float]]:
+        """Async training: the current weights score the rows (pi_prox, the ratio's denominator) and each token
+        gets the truncated importance weight min(pi_prox / pi_behaviour, `is_ratio_cap`)."""
+        cap = self.config.is_ratio_cap
+        total = capped = tokens = 0.0
+        weighted: List[Sample] = []
+        for row, prox in zip(rows, self.score(rows), strict=True):
+            behaviour = row.old_logprobs or prox
+            weights = [min(math.exp(p - b), cap) for p, b in zip(prox, behaviour, strict=True)]
+            for weight, keep in zip(weights, row.loss_mask or [1] * len(prox), strict=True):
+                if keep:
+                    total, capped, tokens = total + weight, capped + float(weight >= cap), tokens + 1.0
+            weighted.append(replace(row, old_logprobs=prox, is_weights=weights))
+        return weighted, {
+            "is_weight_mean": total / max(1.0, tokens),
+            "is_weight_capped_fraction": capped / max(1.0, tokens),
+        }
+
+    def _optimize(
+        self,
+        rows: List[Sample],
+        optimizer: torch.optim.Optimizer,
+        parameters: List[torch.nn.Parameter],
+        supervised: bool,
+        off_policy: bool,
+    ) -> _UpdateTally:
+        """`epochs_per_batch` passes over the rows in a seeded order, `gradient_accumulation_steps` micro-batches
+        per optimizer step, at most `max_updates_per_batch` steps."""
+        import torch
+
+        cfg = self.config
+        weights = rollout_row_weights(rows)
         order_generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.global_step)
-        sums: Dict[str, float] = defaultdict(float)
-        grad_norms: List[float] = []
-        losses: List[float] = []
-        tokens_seen = 0
-        max_updates = cfg.max_updates_per_batch or math.inf
+        tally = _UpdateTally()
+        plan: List[List[int]] = []  # the rows of each optimizer step
+        for _epoch in range(cfg.epochs_per_batch):
+            order = torch.randperm(len(rows), generator=order_generator).tolist()
+            per_step = (cfg.gradient_accumulation_steps or math.ceil(len(order) / cfg.micro_batch_size)) * (
+                cfg.micro_batch_size
+            )
+            plan.extend(order[i : i + per_step] for i in range(0, len(order), per_step))
+        plan = plan[: cfg.max_updates_per_batch or None]
+        steps = [micro_batches(members, rows, cfg.micro_batch_size) for members in plan]
+        self.progress.begin("learner update", sum(len(step) for step in steps))
         self.policy.train()
         try:
-            for _epoch in range(cfg.epochs_per_batch):
-                order = torch.randperm(len(prepared), generator=order_generator).tolist()
-                micro = [order[i : i + cfg.micro_batch_size] for i in range(0, len(order), cfg.micro_batch_size)]
-                per_step = cfg.gradient_accumulation_steps or len(micro)
-                for first in range(0, len(micro), per_step):
-                    if len(losses) >= max_updates:
-                        break
-                    group = micro[first : first + per_step]
-                    members = [i for indices in group for i in indices]
-                    num_tokens = float(sum(prepared[i].trained_tokens for i in members))
-                    total_weight = sum(weights[i] * prepared[i].trained_tokens for i in members)
-                    optimizer.zero_grad(set_to_none=True)
-                    step_loss = 0.0
-                    for indices in group:
-                        batch = collate(
-                            [prepared[i] for i in indices], self.pad_token_id, [weights[i] for i in indices]
-                        ).to(self.device)
-                        # Logits from the micro-batch's shared prompt prefix on (`offset`; 0 without one).
-                        logits, offset = self._logits(self.policy, batch)
-                        ids = batch.input_ids[:, offset:]
-                        if cfg.entropy_coef:
-                            logprobs, entropy = token_logprobs(logits, ids, temperature, with_entropy=True)
-                        else:
-                            logprobs, _ = token_logprobs(logits, ids, temperature)
-                            with torch.no_grad():
-                                _, entropy = token_logprobs(logits.detach(), ids, temperature, with_entropy=True)
-                        logprobs = pad_left(logprobs, offset)
-                        entropy = pad_left(entropy, offset) if entropy is not None else None
-                        if supervised:
-                            out = nll_loss(
-                                logprobs,
-                                batch.response_mask,
-                                entropy=entropy,
-                                aggregation=cfg.loss_aggregation,
-                                num_tokens=num_tokens,
-                                num_sequences=float(len(members)),
-                                row_weights=batch.row_weights,
-                                total_weight=total_weight,
-                            )
-                        else:
-                            out = grpo_loss(
-                                logprobs,
-                                batch.old_logprobs,
-                                batch.token_advantages,
-                                batch.response_mask,
-                                clip_eps_low=cfg.clip_eps_low,
-                                clip_eps_high=cfg.clip_eps_high,
-                                ref_logprobs=batch.ref_logprobs if use_reference else None,
-                                kl_coef=cfg.kl_coef,
-                                entropy=entropy,
-                                entropy_coef=cfg.entropy_coef,
-                                aggregation=cfg.loss_aggregation,
-                                num_tokens=num_tokens,
-                                num_sequences=float(len(members)),
-                                row_weights=batch.row_weights,
-                                total_weight=total_weight,
-                                is_weights=batch.is_weights if off_policy else None,
-                            )
-                        out.loss.backward()
-                        step_loss += float(out.loss.item())
-                        count = float(batch.response_mask.sum().item())
-                        tokens_seen += int(batch.attention_mask.sum().item())
-                        for name in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio"):
-                            sums[name] += float(getattr(out, name).item()) * count
-                        sums["tokens"] += count
-                    max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_norm)))
-                    optimizer.step()
-                    losses.append(step_loss)
+            for micro in steps:
+                members = [i for indices in micro for i in indices]
+                scale = _StepScale(
+                    num_tokens=float(sum(rows[i].trained_tokens for i in members)),
+                    num_sequences=float(len(members)),
+                    total_weight=sum(weights[i] * rows[i].trained_tokens for i in members),
+                )
+                optimizer.zero_grad(set_to_none=True)
+                step_loss = 0.0
+                for indices in micro:
+                    batch = collate([rows[i] for i in indices], self.pad_token_id, [weights[i] for i in indices])
+                    step_loss += self._backward(batch.to(self.device), scale, supervised, off_policy, tally)
+                max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
+                tally.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_norm)))
+                optimizer.step()
+                tally.losses.append(step_loss)
         finally:
             optimizer.zero_grad(set_to_none=True)
             self.policy.eval()
-        elapsed = time.perf_counter() - started
-        tokens = max(sums["tokens"], 1.0)
-        advantages = [s.advantage for s in prepared]
-        return {
-            "loss": sum(losses) / len(losses),
-            "pg_loss": sums["pg_loss"] / tokens,
-            "kl": sums["kl"] / tokens,
-            "entropy": sums["entropy"] / tokens,
-            "clip_fraction": sums["clip_fraction"] / tokens,
-            "ratio_mean": sums["ratio"] / tokens,
-            "grad_norm": sum(grad_norms) / len(grad_norms),
-            "optimizer_steps": float(len(losses)),
-            "samples": float(len(prepared)),
-            "response_tokens": float(sum(s.trained_tokens for s in prepared)),
-            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in prepared)),
-            "old_logprobs_recomputed": float(len(missing)),
-            "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
-            "train_tokens_per_s": tokens_seen / elapsed if elapsed > 0 else 0.0,
-            "train_time_s": elapsed,
-            "learning_rate": float(optimizer.param_groups[0]["lr"]),
-            **(
-                {
-                    "is_weight_mean": is_stats["sum"] / max(1.0, is_stats["tokens"]),
-                    "is_weight_capped_fraction": is_stats["capped"] / max(1.0, is_stats["tokens"]),
-                }
-                if off_policy
-                else {}
-            ),
+        return tally
+
+    def _backward(
+        self, batch: TokenBatch, scale: _StepScale, supervised: bool, off_policy: bool, tally: _UpdateTally
+    ) -> float:
+        """The loss of one micro-batch (its share of the optimizer step's), backpropagated; returns its value."""
+        import torch
+
+        cfg = self.config
+        temperature = 1.0 if supervised else cfg.temperature
+        # Logits from the micro-batch's first response position on (`offset`; 0 without one).
+        logits, offset = self._logits(self.policy, batch)
+        ids = batch.input_ids[:, offset:]
+        if cfg.entropy_coef:
+            logprobs, entropy = token_logprobs(logits, ids, temperature, with_entropy=True)
+        else:
+            logprobs, _ = token_logprobs(logits, ids, temperature)
+            with torch.no_grad():
+                _, entropy = token_logprobs(logits.detach(), ids, temperature, with_entropy=True)
+        logprobs = pad_left(logprobs, offset)
+        entropy = pad_left(entropy, offset) if entropy is not None else None
+        common: Dict[str, Any] = {
+            "entropy": entropy,
+            "aggregation": cfg.loss_aggregation,
+            "num_tokens": scale.num_tokens,
+            "num_sequences": scale.num_sequences,
+            "row_weights": batch.row_weights,
+            "total_weight": scale.total_weight,
         }
+        if supervised:
+            out = nll_loss(logprobs, batch.response_mask, **common)
+        else:
+            use_reference = cfg.kl_coef > 0
+            out = grpo_loss(
+                logprobs,
+                batch.old_logprobs,
+                batch.token_advantages,
+                batch.response_mask,
+                clip_eps_low=cfg.clip_eps_low,
+                clip_eps_high=cfg.clip_eps_high,
+                ref_logprobs=batch.ref_logprobs if use_reference else None,
+                kl_coef=cfg.kl_coef,
+                entropy_coef=cfg.entropy_coef,
+                is_weights=batch.is_weights if off_policy else None,
+                **common,
+            )
+        del logits
+        out.loss.backward()
+        count = float(batch.response_mask.sum().item())
+        tokens = int(batch.attention_mask.sum().item())
+        tally.tokens_seen += tokens
+        for name in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio"):
+            tally.sums[name] += float(getattr(out, name).item()) * count
+        tally.sums["tokens"] += count
+        self.progress.advance(tokens)
+        return float(out.loss.item())
 
     # Checkpoints -------------------------------------------------------------------------------------
 

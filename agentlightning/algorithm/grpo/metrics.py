@@ -70,6 +70,7 @@ def plot_reward_curve(metrics_path: PathLike, png_path: PathLike, *, title: str 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = read_metrics(metrics_path)
     train = [r for r in records if isinstance(r.get("reward_mean"), (int, float))]
@@ -89,6 +90,7 @@ def plot_reward_curve(metrics_path: PathLike, png_path: PathLike, *, title: str 
     if val:
         axes.plot([r["step"] for r in val], [r["val_reward_mean"] for r in val], marker="s", label="validation reward")
     axes.set_xlabel("step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     axes.set_ylabel("reward")
     axes.set_title(title)
     axes.grid(alpha=0.3)

@@ -35,25 +35,30 @@ def forward_logits(
     max_shared: int,
     min_shared_tokens: int,
     cache_keyword: str,
+    keep_from: int = 0,
 ) -> Tuple[torch.Tensor, int]:
     """`(logits, offset)`: the logits of positions `offset..W-1` of a right-padded batch (`[B, W - offset, V]`).
 
+    `offset <= keep_from`: the positions before `keep_from` are not needed (the first response token of any
+    row is at `keep_from + 1` or later), so they are not projected onto the vocabulary where the model can
+    skip them (`logits_to_keep`); that projection and the logits' memory grow with the vocabulary.
+
     When the rows share a prefix of at least `min_shared_tokens` tokens (counting at most `max_shared`: the
-    shortest prompt, so no response token is ever inside it), the prefix is encoded once and `offset` is
-    its last position; earlier positions only predict prompt tokens, which are never trained. Otherwise,
-    or for a model whose cache cannot be repeated per row (not a transformers `Cache`), this is the plain
-    forward pass and `offset` is 0.
+    shortest prompt, so no response token is ever inside it), the prefix is encoded once; earlier positions
+    only predict prompt tokens, which are never trained. Otherwise, or for a model whose cache cannot be
+    repeated per row (not a transformers `Cache`), this is the plain forward pass.
     """
     import torch
 
-    from ...serving.sampling import last_logits_only
+    from ...serving.sampling import last_logits_only, trailing_logits
 
     batch, width = input_ids.shape
+    keep_from = max(0, min(keep_from, width - 1))
     shared = 0
     if batch > 1 and min_shared_tokens > 0:
         shared = min(shared_prefix_length(input_ids, attention_mask), max_shared)
     if shared < max(1, min_shared_tokens):
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits, 0
+        return _plain(model, input_ids, attention_mask, trailing_logits(model, width - keep_from))
     head = model(
         input_ids=input_ids[:1, :shared],
         attention_mask=attention_mask[:1, :shared],
@@ -62,7 +67,7 @@ def forward_logits(
     )
     cache = getattr(head, cache_keyword, None)
     if not hasattr(cache, "batch_repeat_interleave"):
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits, 0
+        return _plain(model, input_ids, attention_mask, trailing_logits(model, width - keep_from))
     cache.batch_repeat_interleave(batch)  # type: ignore[union-attr]  # repeat_interleave: differentiable
     positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(batch, -1)
     tail = model(
@@ -71,8 +76,16 @@ def forward_logits(
         position_ids=positions,
         use_cache=True,
         **{cache_keyword: cache},
+        **trailing_logits(model, width - max(keep_from, shared)),
     ).logits
+    if keep_from >= shared:
+        return tail, width - tail.shape[1]
     return torch.cat([head.logits[:, -1:, :].expand(batch, 1, -1), tail], dim=1), shared - 1
+
+
+def _plain(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: Any) -> Tuple[torch.Tensor, int]:
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, **keep).logits
+    return logits, input_ids.shape[1] - logits.shape[1]
 
 
 def pad_left(values: torch.Tensor, offset: int) -> torch.Tensor:

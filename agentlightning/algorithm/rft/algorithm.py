@@ -55,6 +55,7 @@ class RFT(GRPO):
         cfg = self.rft_config
         started = time.perf_counter()
         step = self.learner.global_step
+        self.phase = "rollouts"
         batch = await self._collect_step(train_dataset, step, reuse_store, started)
         scored = [ScoredRollout(g.rollout_id, g.group_id, rollout_return(g, 0.0)) for g in batch.groups]
         kept = select_rollouts(
@@ -66,7 +67,9 @@ class RFT(GRPO):
         # The last round: `rounds` of them trained (empty ones within `max_empty_rounds` do not count).
         self.last_step = step + 1 - self.empty_rounds >= cfg.rounds or step + 1 >= self.config.total_steps
         if samples:
+            self.phase = "learner update"
             metrics = await asyncio.to_thread(self._supervised_update, samples)
+            self.phase = "rollouts"
             metrics["nll"] = metrics.pop("pg_loss")
             for key in _POLICY_GRADIENT_METRICS:
                 metrics.pop(key, None)
@@ -103,6 +106,7 @@ class RFT(GRPO):
         assert self.learner is not None and self.server is not None
         with self.server.engine.exclusive():  # no generation while the shared weights change
             metrics = self.learner.step(samples, objective="nll")
+        self.phase = "weight swap"
         self.server.update_weights(self.learner.policy)
         metrics["weight_sync_ms"] = self.server.weight_sync_ms[-1]
         metrics.update(self.check_weight_sync())

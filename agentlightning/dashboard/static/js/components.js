@@ -250,7 +250,7 @@ export function dataTable({ columns, rows, sort = null, onSort = null, onRowClic
               : null,
             ...(rowAttrs ? rowAttrs(row) : {}),
           },
-          columns.map((col) => h("td", { class: col.class }, col.render ? col.render(row) : formatValue(row[col.key]))),
+          columns.map((col) => h("td", { class: col.class, dataset: { col: col.key } }, col.render ? col.render(row) : formatValue(row[col.key]))),
         ),
       )
     : [h("tr", { class: "empty-row" }, h("td", { colspan: columns.length }, emptyText))];

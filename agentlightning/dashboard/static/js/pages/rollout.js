@@ -45,7 +45,11 @@ export function createPage(ctx) {
   function renderHeader() {
     const r = rollout;
     const attempt = selectedAttempt();
-    const duration = r.end_time ? r.end_time - r.start_time : null;
+    // Running time from the first attempt's start: the wait in the queue before it is shown apart.
+    const first = attempts[0];
+    const began = first && first.start_time ? first.start_time : null;
+    const duration = r.end_time ? r.end_time - (began || r.start_time) : null;
+    const waited = began ? `waited ${fmt.duration(Math.max(0, began - r.start_time))} in the queue` : "in the queue";
     const finalReward = detail && detail.triplets ? detail.triplets.final_reward : undefined;
     const view = { r, attempts: attempts.length, finalReward };
     renderIfChanged(headerHolder, view, () =>
@@ -60,7 +64,11 @@ export function createPage(ctx) {
             { class: "stats" },
             stat("Attempts", String(attempts.length), r.config ? `max ${r.config.max_attempts}` : ""),
             stat("Started", fmt.time(r.start_time), fmt.fullTime(r.start_time)),
-            stat("Duration", duration !== null ? fmt.duration(duration) : elapsedSince(r.start_time, { suffix: "\u2026" }), r.end_time ? `ended ${fmt.time(r.end_time)}` : "not finished"),
+            stat(
+              "Duration",
+              duration !== null ? fmt.duration(duration) : began ? elapsedSince(began, { suffix: "\u2026" }) : elapsedSince(r.start_time, { prefix: "waiting " }),
+              r.end_time ? `ended ${fmt.time(r.end_time)}; ${waited}` : began ? `not finished; ${waited}` : "not started",
+            ),
             stat("Final reward", finalReward === undefined ? "\u2026" : rewardCell(finalReward), attempt ? `attempt #${attempt.sequence_id}` : ""),
             stat("Resources", r.resources_id ? h("a", { href: `#/resources?id=${encodeURIComponent(r.resources_id)}`, class: "mono" }, fmt.short(r.resources_id, 16)) : "\u2014"),
           ),

@@ -107,19 +107,21 @@ export function createPage(ctx) {
     },
     { key: "mode", label: "Mode", sortable: true, render: (r) => modeTag(r.mode) },
     { key: "n_attempts", label: "Attempts", class: "num", render: (r) => (r.n_attempts ? String(r.n_attempts) : h("span", { class: "muted" }, "0")) },
-    { key: "worker", label: "Worker", render: (r) => (r.latest_attempt && r.latest_attempt.worker_id ? h("span", { class: "mono small" }, r.latest_attempt.worker_id) : h("span", { class: "muted" }, "\u2014")) },
+    { key: "worker", label: "Worker", render: (r) => (r.latest_attempt && r.latest_attempt.worker_id ? h("span", { class: "mono small clip", title: r.latest_attempt.worker_id }, r.latest_attempt.worker_id) : h("span", { class: "muted" }, "\u2014")) },
     { key: "run", label: "Run", render: (r) => (r.run ? h("span", { class: "small run-name", title: r.run }, r.run) : h("span", { class: "muted" }, "\u2014")) },
     { key: "start_time", label: "Started", sortable: true, render: (r) => h("span", { title: fmt.fullTime(r.start_time) }, fmt.time(r.start_time)) },
     {
       key: "duration",
       label: "Duration",
       class: "num",
+      // Running time: from the first attempt's start, so the wait in the queue is not counted (it is the tooltip).
       render: (r) => {
-        if (r.duration !== null) return fmt.duration(r.duration);
-        if (r.status === "queuing" || r.status === "requeuing") {
+        const waited = r.queue_wait !== null && r.queue_wait !== undefined ? `; waited ${fmt.duration(r.queue_wait)} in the queue` : "";
+        if (r.duration !== null) return h("span", { title: `ran ${fmt.duration(r.duration)}${waited}` }, fmt.duration(r.duration));
+        if (r.status === "queuing" || r.status === "requeuing" || !r.run_started) {
           return elapsedSince(r.start_time, { prefix: "waiting ", attrs: { class: "muted", title: "time since enqueued" } });
         }
-        return elapsedSince(r.start_time, { suffix: "\u2026", attrs: { class: "muted running-time", title: "running for" } });
+        return elapsedSince(r.run_started, { suffix: "\u2026", attrs: { class: "muted running-time", title: `running for${waited}` } });
       },
     },
     { key: "final_reward", label: "Final reward", class: "num", render: (r) => rewardCell(r.final_reward) },

@@ -23,6 +23,23 @@ function movingAverage(points, window) {
   return out;
 }
 
+// The points of a mode as separate passes: validation and test rollouts of different resources (a greedy and
+// a sampled pass, two prompts) are never averaged together, so each resources id is its own series when a
+// few are; with more (a prompt search), one series per mode. Training stays one series: its resources change
+// as the policy does. `[[resourcesId or null, points]]`.
+const MAX_PASSES = 4;
+function passesOf(mode, points) {
+  if (mode === "train") return points.length ? [[null, points]] : [];
+  const byResources = new Map();
+  for (const p of points) {
+    const id = p.resources_id || "";
+    if (!byResources.has(id)) byResources.set(id, []);
+    byResources.get(id).push(p);
+  }
+  if (byResources.size <= 1 || byResources.size > MAX_PASSES) return points.length ? [[null, points]] : [];
+  return [...byResources.entries()].map(([id, list]) => [id || "no resources", list]);
+}
+
 // Runs among the points, the most recently active first; "" stands for rollouts no run tagged.
 function runsOf(points) {
   const last = new Map();
@@ -159,15 +176,20 @@ export function createPage(ctx) {
     const modes = state.modes.length ? state.modes : MODES;
     const series = [];
     for (const mode of modes) {
-      const points = rewarded(inRun(data.rewards.items).filter((p) => (p.mode || "none") === mode)).map((p, i) => ({
-        x: state.axis === "index" ? i + 1 : p.end_time,
-        y: p.final_reward,
-        label: `${mode} #${i + 1}`,
-        title: `${p.rollout_id} (${mode} #${i + 1})\nreward ${fmt.reward(p.final_reward)}\nfinished ${fmt.time(p.end_time)}`,
-      }));
-      if (!points.length) continue;
-      series.push({ key: `${mode}-raw`, name: `${mode} (each rollout)`, color: COLORS[mode], points, style: "points", legend: state.smoothing > 1 });
-      series.push({ key: mode, name: state.smoothing > 1 ? `${mode} (moving average)` : mode, color: COLORS[mode], points: movingAverage(points, state.smoothing), dots: state.smoothing <= 1 });
+      const ofMode = rewarded(inRun(data.rewards.items).filter((p) => (p.mode || "none") === mode));
+      passesOf(mode, ofMode).forEach(([resourcesId, passPoints], pass) => {
+        const name = resourcesId === null ? mode : `${mode} \u00b7 ${resourcesId}`;
+        const key = resourcesId === null ? mode : `${mode}-${resourcesId}`;
+        const points = passPoints.map((p, i) => ({
+          x: state.axis === "index" ? i + 1 : p.end_time,
+          y: p.final_reward,
+          label: `${name} #${i + 1}`,
+          title: `${p.rollout_id} (${name} #${i + 1})\nreward ${fmt.reward(p.final_reward)}\nfinished ${fmt.time(p.end_time)}`,
+        }));
+        const dashed = pass > 0;
+        series.push({ key: `${key}-raw`, name: `${name} (each rollout)`, color: COLORS[mode], points, style: "points", legend: state.smoothing > 1 });
+        series.push({ key, name: state.smoothing > 1 ? `${name} (moving average)` : name, color: COLORS[mode], points: movingAverage(points, state.smoothing), dots: state.smoothing <= 1, dashed });
+      });
     }
     const view = { series: series.map((s) => [s.key, s.points.length, s.points.at(-1)]), axis: state.axis, smoothing: state.smoothing, total: data.rewards.total, run: chosenRun() };
     renderIfChanged(rewardHolder, view, () =>
