@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sql_agent import load_questions  # noqa: E402  (examples/spider, on sys.path via sql_graph)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spider"))  # its data, reward and stand-in
+from sql_agent import load_questions  # noqa: E402
 from sql_graph import langgraph_sql_agent  # noqa: E402
-from train_spider import scripted_model as spider_stand_in  # noqa: E402  (examples/spider, on sys.path via sql_graph)
+from train_spider import scripted_model as spider_stand_in  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
 
