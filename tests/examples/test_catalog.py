@@ -38,7 +38,9 @@ def _rows() -> dict[str, tuple[str, str]]:
 
 
 def _third_party_imports(folder: Path) -> set[str]:
-    local = {p.stem for p in folder.rglob("*.py")} | {"tests", "agentlightning"}
+    # An example may reuse another's modules (its data, reward) through sys.path: those are local too.
+    local = {p.stem for p in (ROOT / "examples").rglob("*.py")} | {p.stem for p in folder.rglob("*.py")}
+    local |= {"tests", "agentlightning"}
     modules: set[str] = set()
     for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -1,0 +1,76 @@
+"""`examples/openai_agents_rag`: an OpenAI Agents SDK agent with an MCP search server, trained as written."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "openai_agents_rag"))
+kestrel_agent = importlib.import_module("kestrel_agent")
+
+QUESTIONS = {q["question"]: q for q in kestrel_agent.load_questions("train") + kestrel_agent.load_questions("val")}
+RIGHT = QUESTIONS["Who designed the Greywatch Lighthouse?"]
+WRONG = QUESTIONS["How high is Mount Corrie?"]
+
+
+def test_mcp_search_server_process_lists_and_runs_the_tool() -> None:
+    async def talk() -> tuple[list[str], str]:
+        async with kestrel_agent.search_server() as server:
+            tools = await server.list_tools()
+            result = await server.call_tool("search", {"query": "Greywatch Lighthouse designer"})
+            return [t.name for t in tools], "".join(getattr(block, "text", "") for block in result.content)
+
+    names, text = asyncio.run(talk())
+    assert names == ["search"] and "Tobias Wren" in text and text.startswith("[lighthouse")
+
+
+@pytest.mark.slow
+def test_quick_run_searches_over_mcp_then_answers() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "openai_agents_rag" / "train_agents_rag.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rollouts = re.findall(r"^  \[val\] (.+?) searches=\['(.+)'\] answer='(.+)' F1=1\.0$", completed.stdout, re.M)
+    assert len(rollouts) == 2
+    for question, search, answer in rollouts:
+        assert json.loads(search) == {"query": question} and answer == QUESTIONS[question]["answer"]
+    assert "val exact accuracy: 1.000 over 2 questions" in completed.stdout
+
+
+def choose(prompt: str) -> str:
+    """The stand-in policy: search with the question, then answer (RIGHT: the reference; WRONG: a guess)."""
+    from tests.support.policy_capture import tool_call_text
+
+    last_turn = prompt.rsplit("<|im_start|>", 2)[-2]
+    question = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", prompt, re.DOTALL)[-1]
+    if not last_turn.startswith("tool"):
+        return tool_call_text("search", json.dumps({"query": question}))
+    return QUESTIONS[question]["answer"] if question == RIGHT["question"] else "I do not know."
+
+
+@pytest.mark.train
+def test_the_sdk_calls_through_mcp_are_triplets_with_exact_tokens_once_and_the_reward_of_their_rollout() -> None:
+    from tests.support.policy_capture import assert_every_call_captured_once, capture
+
+    right, wrong = asyncio.run(
+        capture(kestrel_agent.agents_sdk_rag_agent, [RIGHT, WRONG], choose, sampling={"temperature": 0.0})
+    )
+    assert right.reward == 1.0 and wrong.reward == 0.0
+    for captured in (right, wrong):
+        assert len(captured.calls) == 2  # the search call, then the answer
+        assert_every_call_captured_once(captured)
+    tokenizer = importlib.import_module("tests.support.tiny_model").tiny_tokenizer()
+    answer_prompt = tokenizer.decode(right.calls[1][0])
+    assert '"name": "search"' in answer_prompt and "Tobias Wren" in answer_prompt.rsplit("<|im_start|>tool", 1)[-1]
