@@ -52,7 +52,7 @@ class Example:
 
 
 def _pydantic_ai() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from calc_agent import load_tasks
+    from pydantic_calc_agent import load_tasks
 
     return list(load_tasks("train")), list(load_tasks("val"))  # type: ignore[arg-type]
 
@@ -82,7 +82,7 @@ EXAMPLES: Dict[str, Example] = {
             "pydantic_ai_calc",
             "calculator (exact product)",
             _pydantic_ai,
-            _agent("calc_agent", "pydantic_calculator_agent"),
+            _agent("pydantic_calc_agent", "pydantic_calculator_agent"),
             40,
             0.5,
         ),

@@ -36,8 +36,8 @@ def code_blocks(page: Path, language: str) -> list[str]:
     return [body for lang, body in FENCE.findall(page.read_text()) if lang == language]
 
 
-def grpo_script() -> str:
-    """first-agent.md's agent and its GRPO block, shrunk to one step of the tiny model (each edit must apply)."""
+def grpo_files() -> tuple[str, str]:
+    """first-agent.md's `agent.py` and its `grpo.py`, shrunk to one step of the tiny model (each edit must apply)."""
     page = ROOT / "docs" / "first-agent.md"
     agent = code_blocks(page, "python")[0]
     (grpo,) = [block for block in code_blocks(page, "py") if "agl.GRPO(" in block]
@@ -52,8 +52,9 @@ def grpo_script() -> str:
     for old, new in edits.items():
         assert old in grpo, f"docs/first-agent.md's GRPO block no longer has {old!r}; update this test with it"
         grpo = grpo.replace(old, new)
+    assert agent.startswith("# file: agent.py\n") and "from agent import" in grpo, "the page's file layout changed"
     tiny = "from tests.support.tiny_model import tiny_model\n\nMODEL, TOKENIZER = tiny_model(seed=0)\n"
-    return agent + "\n" + tiny + "\n" + grpo
+    return agent, tiny + "\n" + grpo
 
 
 def run_script(path: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -90,8 +91,10 @@ def test_readme_quick_start_dashboard_first_agent_and_grpo(tmp_path: Path) -> No
     }
     quickstart = tmp_path / "quickstart.py"
     quickstart.write_text(code_blocks(ROOT / "README.md", "python")[0])
+    agent_code, grpo_code = grpo_files()
+    (tmp_path / "agent.py").write_text(agent_code)  # the page's layout: grpo.py imports agent.py
     grpo = tmp_path / "first_agent_grpo.py"
-    grpo.write_text(grpo_script())
+    grpo.write_text(grpo_code)
 
     with (
         running(["serve", "--model", "echo", "--port", str(echo_port)], f"http://127.0.0.1:{echo_port}/health"),
@@ -140,6 +143,6 @@ def check_dashboard(store_url: str) -> None:
 
 def test_grpo_script_follows_the_docs() -> None:
     """The GRPO run above is docs/first-agent.md's block with only the model and the sizes changed."""
-    script = grpo_script()
+    _, script = grpo_files()
     assert "trainer.fit(capital_agent, train_dataset=TASKS[:2], val_dataset=TASKS[:1])" in script
     assert textwrap.dedent(script).count("agl.GRPO(") == 1

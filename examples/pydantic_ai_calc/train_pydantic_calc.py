@@ -1,4 +1,4 @@
-"""Evaluate the PydanticAI calculator agent (`calc_agent.py`); its GRPO training is `benchmarks/examples_learning.py`.
+"""Evaluate the PydanticAI calculator agent (`pydantic_calc_agent.py`); its GRPO training is `benchmarks/examples_learning.py`.
 
 Run (from the repository root):
 
@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from calc_agent import pydantic_calculator_agent  # noqa: E402
-from calculator_agent import load_tasks  # noqa: E402  (examples/grpo_calculator, on sys.path via calc_agent)
+from pydantic_calc_agent import load_tasks, pydantic_calculator_agent  # noqa: E402  (load_tasks: grpo_calculator's)
 
 import agentlightning as agl  # noqa: E402
 

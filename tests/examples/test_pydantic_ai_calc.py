@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "pydantic_ai_calc"))
-calc_agent = importlib.import_module("calc_agent")
+calc_agent = importlib.import_module("pydantic_calc_agent")
 
 TASKS = [
     {"id": "t-right", "question": "What is 432 * 30?", "answer": 12960},

@@ -108,7 +108,7 @@ export function createPage(ctx) {
     { key: "mode", label: "Mode", sortable: true, render: (r) => modeTag(r.mode) },
     { key: "n_attempts", label: "Attempts", class: "num", render: (r) => (r.n_attempts ? String(r.n_attempts) : h("span", { class: "muted" }, "0")) },
     { key: "worker", label: "Worker", render: (r) => (r.latest_attempt && r.latest_attempt.worker_id ? h("span", { class: "mono small clip", title: r.latest_attempt.worker_id }, r.latest_attempt.worker_id) : h("span", { class: "muted" }, "\u2014")) },
-    { key: "run", label: "Run", render: (r) => (r.run ? h("span", { class: "small run-name", title: r.run }, r.run) : h("span", { class: "muted" }, "\u2014")) },
+    { key: "run", label: "Run", render: (r) => (r.run ? h("span", { class: "small run-name clip", title: r.run }, r.run) : h("span", { class: "muted" }, "\u2014")) },
     { key: "start_time", label: "Started", sortable: true, render: (r) => h("span", { title: fmt.fullTime(r.start_time) }, fmt.time(r.start_time)) },
     {
       key: "duration",
