@@ -295,8 +295,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         processes = [self._spawn_runner(runner, runner_store, i, stop_event) for i in range(self.n_runners)]
 
         reported: set[str] = set()
+        all_gone = False
 
         def runners_gone() -> bool:
+            nonlocal all_gone
             for process in processes:
                 if process.is_alive() or process.exitcode in self.allowed_exit_codes or process.name in reported:
                     continue
@@ -309,6 +311,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if any(p.is_alive() for p in processes):
                 return False
             logger.warning("All runner processes exited (%s); stopping the algorithm", _exits(processes))
+            all_gone = True
             return True
 
         self._run_main_and_shutdown(
@@ -324,6 +327,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             "Algorithm",
             processes,
             stop_event,
+            outlive_children=lambda: not all_gone,
         )
 
     def _execute_both_runner_on_main(
@@ -354,12 +358,22 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         name: str,
         processes: list[BaseProcess],
         stop_event: ExecutionEvent,
+        outlive_children: Callable[[], bool] = lambda: False,
     ) -> None:
-        """Run `main` in this process, then stop the children with the escalation; raise what went wrong."""
+        """Run `main` in this process, then stop the children with the escalation; raise what went wrong.
+
+        When `main` finishes and `outlive_children()` says it finished on its own (the algorithm with the
+        runners left), children a signal had already killed (SIGKILL, the OOM killer) do not fail the run:
+        each was logged when it died, and the store retried or failed the attempt it held. A child that
+        exited with an error code of its own still does.
+        """
         error: Optional[BaseException] = None
         interrupted = False
+        forgiven: list[BaseProcess] = []
         try:
             main()
+            if outlive_children():
+                forgiven = [p for p in processes if p.exitcode is not None and p.exitcode < 0 and p.exitcode not in self.allowed_exit_codes]
         except KeyboardInterrupt:
             interrupted = True
             alive = sum(p.is_alive() for p in processes)
@@ -376,7 +390,12 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             raise KeyboardInterrupt
         if error is not None:
             raise error
-        self._check_exit_codes(processes)
+        if forgiven:
+            logger.warning(
+                "The run finished without %s (it died during the run; the store retried or failed its attempt)",
+                _exits(forgiven),
+            )
+        self._check_exit_codes([p for p in processes if p not in forgiven])
 
     @staticmethod
     def _context() -> Any:

@@ -172,9 +172,8 @@ def test_runner_killed_mid_rollout_is_retried_by_another_runner(tmp_path: Path) 
         tracer=OtelTracer(),
         runner=fast_runner(),
     )
-    # The SIGKILLed runner's exit code (-9) is not an allowed one, so fit reports it after finishing.
-    with pytest.raises(RuntimeError, match=r"exited with code -9"):
-        trainer.fit(KillableAgent(), [])
+    # The algorithm finished with the runner left, so fit returns; the SIGKILL was logged when it happened.
+    trainer.fit(KillableAgent(), [])
 
     assert outcome["rollout"].status == "succeeded"
     assert [a.status for a in outcome["attempts"]] == ["unresponsive", "succeeded"]

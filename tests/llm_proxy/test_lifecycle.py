@@ -227,4 +227,6 @@ async def test_a_paused_proxy_holds_new_calls_until_resumed(make_proxy: Any, bac
     assert not call.done() and backend.requests == [] and proxy.gate.inflight == 0
     proxy.gate.resume()
     assert await asyncio.wait_for(call, 30) == "Echo: hi"
+    # the reply can reach the client a moment before the server's handler leaves the gate
+    await asyncio.to_thread(proxy.gate.drain, 30)
     assert proxy.gate.inflight == 0 and len(backend.requests) == 1

@@ -225,8 +225,12 @@ def test_a_killed_runners_rollout_is_failed_or_retried_at_the_silence_limit(
         tracer=OtelTracer(),
         runner={"poll_interval": 0.05, "heartbeat_interval": 0.2},  # live (to the 1 s stall check) until killed
     )
-    # The algorithm finishes; then fit reports the runner the SIGKILL ended (exit code -9), not a stall.
-    with pytest.raises(agl.RunError, match=r"exited with code -9"):
+    # The algorithm finishes with the other runner, so the SIGKILL (logged when it happened) fails nothing:
+    # fit returns, or, when the run's only rollout failed, says so.
+    if status == "failed":
+        with pytest.raises(agl.RolloutsFailedError, match=r"attempt unresponsive"):
+            trainer.fit(SelfKilling(), [])
+    else:
         trainer.fit(SelfKilling(), [])
     assert outcome["rollout"].status == status
     assert [a.status for a in outcome["attempts"]] == attempts
