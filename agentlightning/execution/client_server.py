@@ -373,7 +373,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         try:
             main()
             if outlive_children():
-                forgiven = [p for p in processes if p.exitcode is not None and p.exitcode < 0 and p.exitcode not in self.allowed_exit_codes]
+                forgiven = [
+                    p
+                    for p in processes
+                    if p.exitcode is not None and p.exitcode < 0 and p.exitcode not in self.allowed_exit_codes
+                ]
         except KeyboardInterrupt:
             interrupted = True
             alive = sum(p.is_alive() for p in processes)

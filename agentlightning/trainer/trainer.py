@@ -405,18 +405,12 @@ class Trainer:
                 self._runner_bundle(agent, run),
                 self.store,
             )
-        except RunError as exc:  # its message says it all: one line when uncaught
-            report_run_errors_in_one_line()
-            raise exc.with_traceback(None) from None
-        except ConnectionError as exc:  # a store client gave up after its retry budget
-            report_run_errors_in_one_line()
-            raise RunError(str(exc)) from None
+        except (RunError, ConnectionError) as exc:  # a RunError says it all; a store client gave up retrying
+            report_run_errors_in_one_line()  # one line when uncaught
+            raise (exc.with_traceback(None) if isinstance(exc, RunError) else RunError(str(exc))) from None
         except KeyboardInterrupt:
-            print(
-                f"agentlightning: interrupted after {format_duration(time.time() - started_at)}; stopped",
-                file=sys.stderr,
-                flush=True,
-            )
+            elapsed = format_duration(time.time() - started_at)
+            print(f"agentlightning: interrupted after {elapsed}; stopped", file=sys.stderr, flush=True)
             raise KeyboardInterrupt from None
         summary = self.last_summary
         if summary is None:
