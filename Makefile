@@ -40,12 +40,15 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium could not be installed; browser tests will be skipped"
 
+# Test files run in TEST_WORKERS processes (pytest-xdist; a file's tests stay in one worker, sharing its
+# servers); most tests wait on servers and subprocesses, so 2 workers suit 2 cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: venv browser
 	@echo "[test] ruff, pyright, then pytest (about 10 minutes on 2 cores)"
 	$(BIN)/ruff check agentlightning tests benchmarks examples contrib
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples contrib
 	$(BIN)/pyright
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # The documentation site, built offline into site/; --strict fails on broken links and docstring problems.
 # It needs only the package and its `docs` extra: the full $(VENV) when it exists, else a small $(DOCS_VENV).
