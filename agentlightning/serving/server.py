@@ -360,7 +360,8 @@ async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIte
 
 
 class _ToolTextGate:
-    """Streams content text but holds back anything from a `<tool_call>` tag on (sent as `tool_calls`)."""
+    """Streams content text but holds back anything from a `<tool_call>` tag on (sent as `tool_calls`), and a
+    reply that opens with `{` (a bare JSON tool call) until it ends."""
 
     def __init__(self) -> None:
         self.text = ""
@@ -368,6 +369,8 @@ class _ToolTextGate:
 
     def push(self, delta: str) -> str:
         self.text += delta
+        if self.sent == 0 and (not self.text.strip() or self.text.lstrip().startswith("{")):
+            return ""  # a reply that opens with a JSON object may be a bare (Llama 3.1) tool call: hold it all
         cut = self.text.find(TOOL_CALL_OPEN)
         if cut == -1:
             cut = len(self.text)
