@@ -22,6 +22,7 @@ __all__ = [
     "TOOL_CALL_CLOSE",
     "tools_system_prompt",
     "normalize_messages",
+    "render_chat_text",
     "render_chat_prompt",
     "parse_tool_calls",
 ]
@@ -123,13 +124,13 @@ def normalize_messages(
     return result
 
 
-def render_chat_prompt(
+def render_chat_text(
     tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Mapping[str, Any]],
     tools: Optional[Sequence[Mapping[str, Any]]] = None,
     **template_kwargs: Any,
-) -> List[int]:
-    """Token ids of the chat prompt, ending with the assistant generation header."""
+) -> str:
+    """The chat prompt as text, ending with the assistant generation header."""
     template = tokenizer.chat_template
     if not template:
         raise ValueError("the tokenizer has no chat template; set tokenizer.chat_template before serving chat")
@@ -145,6 +146,17 @@ def render_chat_prompt(
     )
     if not isinstance(text, str):
         raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+    return text
+
+
+def render_chat_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Optional[Sequence[Mapping[str, Any]]] = None,
+    **template_kwargs: Any,
+) -> List[int]:
+    """Token ids of the chat prompt, ending with the assistant generation header."""
+    text = render_chat_text(tokenizer, messages, tools, **template_kwargs)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])  # type: ignore[arg-type]
 
 
