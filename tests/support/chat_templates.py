@@ -11,9 +11,16 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
-__all__ = ["FAMILIES", "REAL_TOKENIZERS", "family_tokenizer", "tool_call_reply", "answer_reply"]
+__all__ = [
+    "FAMILIES",
+    "REAL_TOKENIZERS",
+    "family_tokenizer",
+    "tool_call_reply",
+    "answer_reply",
+    "sampled_ids",
+]
 
 FAMILIES: Tuple[str, ...] = ("smollm2", "qwen2_5", "llama3", "qwen3_thinking")
 REAL_TOKENIZERS = frozenset({"smollm2"})
@@ -59,3 +66,18 @@ def tool_call_reply(family: str, name: str, arguments: Dict[str, Any]) -> str:
 def answer_reply(family: str, text: str) -> str:
     """A plain answer as the family writes it (a thinking model reasons first)."""
     return f"<think>\n{THOUGHT}\n</think>\n\n{text}" if family == "qwen3_thinking" else text
+
+
+SPELLED_OUT = "Paris"
+
+
+def sampled_ids(tokenizer: Any, text: str) -> List[int]:
+    """Ids a model may sample for `text` that are not its canonical tokenization: every "Paris" letter by
+    letter. Re-tokenizing the text gives other ids, which is what token-fidelity tests must catch."""
+    ids: List[int] = []
+    for index, piece in enumerate(text.split(SPELLED_OUT)):
+        if index:
+            for letter in SPELLED_OUT:
+                ids += tokenizer.encode(letter, add_special_tokens=False)
+        ids += tokenizer.encode(piece, add_special_tokens=False)
+    return ids
