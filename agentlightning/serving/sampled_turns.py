@@ -15,10 +15,13 @@ remembered, so a spliced prompt always spells the text the template rendered.
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from typing import Any, List, Optional, Sequence, Tuple
 
 __all__ = ["SampledTurns"]
+
+_TAIL = 32
 
 
 class SampledTurns:
@@ -27,7 +30,8 @@ class SampledTurns:
     Args:
         tokenizer: the served tokenizer (its `decode` must be exact for ids to be remembered; byte-level
             BPE tokenizers are).
-        max_entries: how many completions are kept (least recently used ones go first).
+        max_entries: how many completions are kept (least recently used ones go first); each costs its
+            text and 4 bytes a token.
     """
 
     def __init__(self, tokenizer: Any, max_entries: int = 512) -> None:
@@ -35,7 +39,7 @@ class SampledTurns:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self._tokenizer = tokenizer
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, List[int]] = OrderedDict()
+        self._entries: OrderedDict[str, array[int]] = OrderedDict()  # 4 bytes an id
         self._lock = threading.Lock()
         self.reused_prompts = 0
         """Prompts that started with a remembered turn and kept its sampled ids."""
@@ -46,14 +50,20 @@ class SampledTurns:
     def _tokenize(self, text: str) -> List[int]:
         return [int(t) for t in self._tokenizer(text, add_special_tokens=False)["input_ids"]]
 
-    def _longest_prefix(self, text: str) -> Optional[Tuple[str, List[int]]]:
-        best: Optional[Tuple[str, List[int]]] = None
+    def _longest_prefix(self, text: str) -> Optional[Tuple[str, array[int]]]:
+        best: Optional[Tuple[str, array[int]]] = None
         with self._lock:
             for key, ids in self._entries.items():
-                if (best is None or len(key) > len(best[0])) and text.startswith(key):
+                size = len(key)
+                if size > len(text) or (best is not None and size <= len(best[0])):
+                    continue
+                # Conversations share long system prompts but end differently: compare the ends first.
+                tail = max(0, size - _TAIL)
+                if text[tail:size] == key[tail:] and text.startswith(key):
                     best = (key, ids)
             if best is not None:
                 self._entries.move_to_end(best[0])
+                self.reused_prompts += 1
         return best
 
     def encode(self, text: str) -> List[int]:
@@ -62,9 +72,8 @@ class SampledTurns:
         if found is None:
             return self._tokenize(text)
         key, ids = found
-        self.reused_prompts += 1
         rest = text[len(key) :]
-        return list(ids) + (self._tokenize(rest) if rest else [])
+        return ids.tolist() + (self._tokenize(rest) if rest else [])
 
     def remember(self, prompt_text: str, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> None:
         """Keep `prompt_ids + completion_ids` (when they decode back to the prompt's text) for later prompts."""
@@ -75,7 +84,7 @@ class SampledTurns:
         if not text.startswith(prompt_text) or self._decode(prompt_ids) != prompt_text:
             return  # the tokenizer does not decode these ids exactly: splicing them could change the text
         with self._lock:
-            self._entries[text] = full
+            self._entries[text] = array("i", full)
             self._entries.move_to_end(text)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)

@@ -69,3 +69,17 @@ def test_the_policy_server_prompts_the_next_turn_with_the_sampled_ids(keep: bool
     sampled = prompt1 + reply1 + [tokenizer.eos_token_id]
     assert (prompt2[: len(sampled)] == sampled) is keep
     assert tokenizer.decode(prompt2) == render_chat_text(tokenizer, messages)
+
+
+def test_short_and_long_remembered_texts_are_found_by_their_prefix() -> None:
+    tokenizer = tiny_tokenizer()
+    turns = SampledTurns(tokenizer)
+    short = spelled(tokenizer, "yes")  # shorter than the tail compared first
+    turns.remember("", [], short)
+    assert turns.encode("yes no")[: len(short)] == short
+    long_ids = spelled(tokenizer, "the quick brown fox jumps over the lazy dog")
+    turns.remember("", [], long_ids)
+    assert turns.encode("the quick brown fox jumps over the lazy dog!")[: len(long_ids)] == long_ids
+    assert turns.encode("the quick brown fox jumps over the lazy cat") == tokenizer.encode(
+        "the quick brown fox jumps over the lazy cat", add_special_tokens=False
+    )
