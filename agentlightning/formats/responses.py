@@ -124,7 +124,9 @@ def _input_messages(items: Any, *, strict: bool) -> list[dict[str, Any]]:
                 "function": {"name": str(item.get("name")), "arguments": str(item.get("arguments") or "{}")},
             }
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
+            # The calls of one response follow its text (a thinking model's reasoning, a preamble): one
+            # assistant turn, as the model wrote it, not a text turn and a second, call-only turn.
+            if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})

@@ -3,7 +3,8 @@
 The span translates the request (`instructions` + `input` items) into chat messages and the response
 (`output` items) into one assistant choice, so the adapters that read chat spans (triplets, messages)
 read Responses calls too. Token ids are taken where vLLM-style backends put them: `prompt_token_ids`
-(top level) and `output_token_ids` / per-output-item `token_ids`.
+(top level) and `output_token_ids` / per-output-item `token_ids`, or `token_ids` on the Response (what the
+policy server and `formats.responses` write).
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def responses_response_as_chat(response: Mapping[str, Any]) -> dict[str, Any]:
     """A Responses response as the equivalent chat-completions response (for the span)."""
     texts: list[str] = []
     tool_calls: list[dict[str, Any]] = []
-    output_token_ids = _int_list(response.get("output_token_ids"))
+    # `token_ids` on the Response is how our policy server and the LLM proxy's translation return them.
+    output_token_ids = _int_list(response.get("output_token_ids")) or _int_list(response.get("token_ids"))
     item_token_ids: list[int] = []
     for raw in response.get("output") or []:
         if not isinstance(raw, dict):

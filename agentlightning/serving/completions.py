@@ -8,12 +8,13 @@ translate the answer back, token ids and logprobs included.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Protocol, TypeVar
 
 from .adapters import adapter_model_name, resolve_adapter
-from .chat import parse_tool_calls, render_chat_prompt
+from .chat import parse_tool_calls, render_chat_text
 from .engine import CompletionStream, PolicyEngine, SequenceDelta, SequenceEnd
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now
+from .sampled_turns import SampledTurns
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -45,6 +46,9 @@ class ServedPolicy(Protocol):
 
     @property
     def always_logprobs(self) -> bool: ...
+
+    @property
+    def sampled_turns(self) -> Optional[SampledTurns]: ...
 
 
 class ClientGone(Exception):
@@ -83,7 +87,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
 
 
 def submit_chat(server: ServedPolicy, body: ChatCompletionRequest) -> CompletionStream:
-    """Render the prompt and hand it to the engine.
+    """Render the prompt and hand it to the engine (earlier turns as sampled: see `sampled_turns.py`).
 
     Raises:
         UnknownAdapterError: `model` names an adapter the server does not have (answer 404).
@@ -91,10 +95,16 @@ def submit_chat(server: ServedPolicy, body: ChatCompletionRequest) -> Completion
     """
     engine = server.engine
     adapter = resolve_adapter(body.model, server.model_name, engine.adapters)
-    prompt_ids = render_chat_prompt(
-        engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {})
-    )
-    return engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
+    text = render_chat_text(engine.tokenizer, body.messages, body.prompt_tools(), **(body.chat_template_kwargs or {}))
+    turns = server.sampled_turns
+    if turns is None:
+        prompt_ids = list(engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+    else:
+        prompt_ids = turns.encode(text)  # earlier turns keep the ids the model sampled
+    stream = engine.submit(prompt_ids, body.sampling_params(server.default_max_tokens), body.n, adapter=adapter)
+    if turns is not None:
+        stream.on_end = lambda end: turns.remember(text, stream.prompt_ids, end.token_ids)
+    return stream
 
 
 async def complete_chat(server: ServedPolicy, body: ChatCompletionRequest, stream: CompletionStream) -> Dict[str, Any]:

@@ -37,6 +37,7 @@ from .completions import wants_token_ids as _wants_token_ids
 from .engine import CompletionStream, PolicyEngine, SequenceDelta
 from .fingerprint import add_fingerprint_route
 from .protocol import ChatCompletionRequest, logprobs_content, new_completion_id, now, openai_error
+from .sampled_turns import SampledTurns
 from .shell import OpenAIServer
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ class PolicyServer(OpenAIServer):
         adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
         compile: `torch.compile` the decode step (see `PolicyEngine`; the first steps take tens of seconds).
+        keep_sampled_turns: prompt a conversation that comes back longer with the ids the model sampled for
+            its earlier turns, not their re-tokenized text (`sampled_turns.py`), so multi-turn trajectories
+            merge; how many prompts did so is `sampled_turns.reused_prompts`. False: always tokenize the text.
         max_body_size / allowed_hosts / allowed_origins: see `OpenAIServer` (413 / 403 answers).
     """
 
@@ -124,6 +128,7 @@ class PolicyServer(OpenAIServer):
         adapters: Sequence[str] = (),
         compile: bool = False,
         deterministic: bool = False,
+        keep_sampled_turns: bool = True,
         max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
         allowed_hosts: Sequence[str] = (),
         allowed_origins: Sequence[str] = (),
@@ -151,6 +156,8 @@ class PolicyServer(OpenAIServer):
         )
         self.default_max_tokens = default_max_tokens
         self.always_logprobs = always_logprobs
+        self.sampled_turns: Optional[SampledTurns] = SampledTurns(tokenizer) if keep_sampled_turns else None
+        """The ids of recent turns as sampled (None with `keep_sampled_turns=False`)."""
         self.hold_timeout_s = hold_timeout_s
         self.swaps: List[SwapReport] = []
         """One report per `swap_weights`."""
@@ -360,7 +367,8 @@ async def _counted(server: PolicyServer, chunks: AsyncIterator[str]) -> AsyncIte
 
 
 class _ToolTextGate:
-    """Streams content text but holds back anything from a `<tool_call>` tag on (sent as `tool_calls`)."""
+    """Streams content text but holds back anything from a `<tool_call>` tag on (sent as `tool_calls`), and a
+    reply that opens with `{` (a bare JSON tool call) until it ends."""
 
     def __init__(self) -> None:
         self.text = ""
@@ -368,6 +376,8 @@ class _ToolTextGate:
 
     def push(self, delta: str) -> str:
         self.text += delta
+        if self.sent == 0 and (not self.text.strip() or self.text.lstrip().startswith("{")):
+            return ""  # a reply that opens with a JSON object may be a bare (Llama 3.1) tool call: hold it all
         cut = self.text.find(TOOL_CALL_OPEN)
         if cut == -1:
             cut = len(self.text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Dict, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     from .sampling import SamplingParams
@@ -74,6 +74,8 @@ class CompletionStream:
         self.loop = loop
         self._events: asyncio.Queue[_Item] = asyncio.Queue()
         self._remaining = n
+        self.on_end: Optional[Callable[[SequenceEnd], None]] = None
+        """Called with each choice's end as the consumer receives it (the server remembers sampled turns)."""
 
     def push(self, event: _Item) -> None:
         """Deliver one event from another thread (thread-safe)."""
@@ -93,6 +95,8 @@ class CompletionStream:
                 raise event.error
             if isinstance(event, SequenceEnd):
                 self._remaining -= 1
+                if self.on_end is not None:
+                    self.on_end(event)
             yield event
 
     async def collect(self) -> List[SequenceEnd]:

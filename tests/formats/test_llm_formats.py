@@ -82,6 +82,23 @@ def test_responses_input_items_become_chat_messages() -> None:
     assert chat["response_format"]["json_schema"]["name"] == "s"
 
 
+def test_a_responses_text_and_its_function_calls_are_one_assistant_turn() -> None:
+    """What one response output (text, then calls) comes back as: the turn the model wrote, not two turns."""
+    chat = responses_request_to_chat(
+        {
+            "input": [
+                {"role": "user", "content": "weather?"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            ]
+        }
+    )
+    assistant = chat["messages"][1]
+    assert assistant["content"] == "Let me look." and [c["id"] for c in assistant["tool_calls"]] == ["c1"]
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant", "tool"]
+
+
 def test_responses_strictness_names_the_field_and_lenient_mode_skips() -> None:
     with pytest.raises(ResponsesTranslationError, match="tools\\[0\\]"):
         responses_request_to_chat({"input": "x", "tools": [{"type": "file_search"}]})

@@ -88,3 +88,26 @@ def test_parse_tool_calls_handles_several_unclosed_and_invalid_blocks() -> None:
     assert calls[1]["function"]["arguments"] == "{}"
     assert parse_tool_calls("<tool_call>not json</tool_call>") == ("<tool_call>not json</tool_call>", [])
     assert parse_tool_calls("plain answer") == ("plain answer", [])
+
+
+def test_templates_that_render_tool_calls_get_the_arguments_as_an_object() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    normalized = normalize_messages(messages, [WEATHER_TOOL], template_has_tools=True)
+    assert normalized[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert call["function"]["arguments"] == '{"city": "Paris"}'  # the request itself is left as it came
+    broken = {**call, "function": {"name": "get_weather", "arguments": "{not json"}}
+    kept = normalize_messages(
+        [{"role": "assistant", "content": "", "tool_calls": [broken]}], None, template_has_tools=True
+    )
+    assert kept[0]["tool_calls"][0]["function"]["arguments"] == "{not json"
+
+
+def test_a_reply_that_is_one_json_call_is_a_llama3_tool_call() -> None:
+    content, calls = parse_tool_calls(' {"name": "get_weather", "parameters": {"city": "Paris"}}\n')
+    assert content is None
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    for text in ('{"city": "Paris"}', '{"name": "x"}', "{not json}", 'It is {"name": "a", "parameters": {}}'):
+        assert parse_tool_calls(text) == (text, [])

@@ -34,10 +34,16 @@ def tool_call_text(name: str, arguments: str) -> str:
 class PromptScriptedLM(torch.nn.Module):
     """A causal LM whose reply to a prompt is `choose(prompt text)`, token for token, then end-of-turn."""
 
-    def __init__(self, tokenizer: Any, choose: Callable[[str], str]) -> None:
+    def __init__(
+        self, tokenizer: Any, choose: Callable[[str], str], encode: Optional[Callable[[str], List[int]]] = None
+    ) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.choose = choose
+        self.encode: Callable[[str], List[int]] = encode or (
+            lambda text: list(tokenizer.encode(text, add_special_tokens=False))
+        )
+        """The ids the model samples for a reply text (default: its canonical tokenization)."""
         self.vocab_size = len(tokenizer)
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.anchor = torch.nn.Parameter(torch.zeros(1))
@@ -59,7 +65,7 @@ class PromptScriptedLM(torch.nn.Module):
         if input_ids.shape[1] > 1:  # a prefill: the whole prompt (deterministic serving, one request at a time)
             prompt = [int(t) for t in input_ids[0].tolist()]
             text = self.tokenizer.decode(prompt, skip_special_tokens=False)
-            self._script = list(self.tokenizer.encode(self.choose(text), add_special_tokens=False))
+            self._script = list(self.encode(self.choose(text)))
             self._prompt_end = int(last.max())
             self.calls.append((prompt, self._script))
         logits = torch.full((input_ids.shape[0], input_ids.shape[1], self.vocab_size), -30.0)
