@@ -4,10 +4,12 @@ counts close: generated == trained + discarded + (in_flight_end - in_flight_star
 from __future__ import annotations
 
 import logging
+from typing import Any, List, Optional, Sequence, Tuple
 
 import pytest
 
-from agentlightning.algorithm.grpo.outcomes import timeout_location_of
+from agentlightning.adapter import TracerTraceToTriplet
+from agentlightning.algorithm.grpo.outcomes import rollout_outcome, rollout_tokens, timeout_location_of
 from agentlightning.algorithm.grpo.tokens import (
     DISCARD_REASONS,
     TokenAccountingError,
@@ -16,7 +18,9 @@ from agentlightning.algorithm.grpo.tokens import (
     token_metric_keys,
 )
 from agentlightning.semconv import AGL_TIMEOUT_LOCATION
-from agentlightning.types import Attempt, Span, Triplet
+from agentlightning.store.memory import InMemoryLightningStore
+from agentlightning.types import Attempt, RolloutConfig, Span, Triplet
+from tests.adapter.span_factory import SpanFactory
 
 
 def test_a_step_closes_over_trained_discarded_and_the_change_in_flight() -> None:
@@ -111,3 +115,25 @@ def test_a_timeout_is_read_from_the_attempt_status_or_a_span() -> None:
     assert timeout_location_of([], timed_out) == "rollout"
     assert timeout_location_of([_span({AGL_TIMEOUT_LOCATION: "llm_call"})], failed) == "llm_call"
     assert timeout_location_of([_span({"gen_ai.request.model": "m"})], failed) is None
+
+
+async def test_a_retried_rollout_counts_its_failed_attempt_apart_from_the_latest_one() -> None:
+    store = InMemoryLightningStore()
+    config = RolloutConfig(max_attempts=2, retry_condition=["failed"])
+    rollout = await store.enqueue_rollout(input={"q": 1}, config=config)
+    hi = [{"role": "user", "content": "hi"}]
+    for status, response_ids in (("failed", [3, 4, 5]), ("succeeded", [6, 7])):
+        claimed = await store.dequeue_rollout()
+        assert claimed is not None
+        spans = SpanFactory(rollout.rollout_id, claimed.attempt.attempt_id)
+        await store.add_many_spans([spans.openai_call(hi, prompt_ids=[1, 2], response_ids=response_ids)])
+        await store.update_attempt(rollout.rollout_id, claimed.attempt.attempt_id, status=status)  # type: ignore[arg-type]
+    adapter = TracerTraceToTriplet()
+
+    def adapt(spans: Sequence[Span]) -> Tuple[List[Any], Optional[float]]:
+        return list(adapter.adapt(spans)), None
+
+    outcome = await rollout_outcome(store, rollout.rollout_id, adapt)
+    assert (outcome.tokens, outcome.earlier, outcome.total_tokens) == (2, {"failed": 3}, 5)
+    assert outcome.timeout_location is None and not outcome.attempt_gave_up
+    assert await rollout_tokens(store, rollout.rollout_id, adapt) == 5
