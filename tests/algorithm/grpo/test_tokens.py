@@ -19,7 +19,7 @@ from agentlightning.algorithm.grpo.tokens import (
 )
 from agentlightning.semconv import AGL_TIMEOUT_LOCATION
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.types import Attempt, RolloutConfig, Span, Triplet
+from agentlightning.types import Attempt, Attributes, RolloutConfig, Span, Triplet
 from tests.adapter.span_factory import SpanFactory
 
 
@@ -103,7 +103,7 @@ def test_response_tokens_count_the_calls_with_token_ids() -> None:
     assert response_tokens([with_ids, without, with_ids]) == 6
 
 
-def _span(attributes: dict[str, object]) -> Span:
+def _span(attributes: Attributes) -> Span:
     return Span.from_attributes(
         attributes=attributes, rollout_id="ro-1", attempt_id="at-1", sequence_id=1, name="openai.chat.completion"
     )
