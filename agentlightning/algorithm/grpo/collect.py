@@ -167,13 +167,8 @@ class RolloutCollection(Algorithm):
                     continue
                 del self._pending[group.key]
                 consumed.append(group)
-                members: List[RolloutTriplets] = []
-                for rollout_id in group.rollout_ids.values():
-                    usable, reason = await self._take(rollout_id, terminal[rollout_id])
-                    if usable is None:
-                        failed, timed_out = failed + 1, timed_out + (reason == "timeout")
-                    else:
-                        members.append(RolloutTriplets(rollout_id, group.key, usable.triplets, usable.final_reward))
+                members, lost, lost_to_timeouts = await self._take_group(group, terminal)
+                failed, timed_out = failed + lost, timed_out + lost_to_timeouts
                 if not members:
                     tally.failed += 1
                     continue
@@ -435,6 +430,21 @@ class RolloutCollection(Algorithm):
         reason = "timeout" if outcome.timeout_location is not None else "failed"
         self.tokens.discard(reason, outcome.tokens)
         return None, reason
+
+    async def _take_group(
+        self, group: PendingGroup, terminal: Dict[str, Rollout]
+    ) -> Tuple[List[RolloutTriplets], int, int]:
+        """Async: settle a complete group's rollouts; returns the usable ones, and how many were not (of
+        those, how many timed out)."""
+        members: List[RolloutTriplets] = []
+        failed = timed_out = 0
+        for rollout_id in group.rollout_ids.values():
+            usable, reason = await self._take(rollout_id, terminal[rollout_id])
+            if usable is None:
+                failed, timed_out = failed + 1, timed_out + (reason == "timeout")
+            else:
+                members.append(RolloutTriplets(rollout_id, group.key, usable.triplets, usable.final_reward))
+        return members, failed, timed_out
 
     async def _settle_failed(self, rollout_id: str) -> None:
         """A reused rollout that failed and is replaced: its tokens are discarded."""
