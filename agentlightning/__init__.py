@@ -30,7 +30,7 @@ __all__ = [
     # agentlightning.emitter
     "reward", "operation", "emit_reward", "get_reward_value", "get_rewards_from_span", "is_reward_span",
     "find_reward_spans", "find_final_reward", "emit_message", "emit_object", "emit_exception",
-    "emit_annotation", "get_message_value", "get_object_value",
+    "emit_annotation", "get_message_value", "get_object_value", "reward_within", "RewardTimeoutError",
     # agentlightning.env_var
     "LightningEnvVar", "resolve_bool_env_var", "resolve_int_env_var", "resolve_str_env_var",
     # agentlightning.execution

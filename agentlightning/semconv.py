@@ -18,6 +18,8 @@ __all__ = [
     "AGL_TRUNCATED_ATTRIBUTES",
     "AGL_ORIGINAL_SPAN_BYTES",
     "AGL_EXCEPTION_SUMMARY",
+    "AGL_TIMEOUT_LOCATION",
+    "TIMEOUT_LOCATIONS",
     "AGL_RUN",
     "RAW_GEN_AI_REQUEST",
     "LightningResourceAttributes",
@@ -47,6 +49,13 @@ AGL_ORIGINAL_SPAN_BYTES = "agentlightning.original_span_bytes"
 # On the `agentlightning.exception` span of an attempt that failed: the error as one line (`Type: message`,
 # plus the URL of a failed HTTP request), for run summaries and the dashboard.
 AGL_EXCEPTION_SUMMARY = "agentlightning.exception.summary"
+# Where a timeout happened, on the span that records it: the LLM proxy's span of a call whose backend timed
+# out ("llm_call"), or the exception span of an attempt that failed on a timeout (see TIMEOUT_LOCATIONS).
+# Algorithms count such a rollout as timed out (GRPO: tokens discarded as `timeout`), never as reward 0.
+AGL_TIMEOUT_LOCATION = "agentlightning.timeout.location"
+TIMEOUT_LOCATIONS = ("llm_call", "reward", "rollout", "agent")
+"""llm_call: a model request; reward: the reward computation; rollout: the rollout's own limit (its attempt
+is marked `timeout` by the store, or `ProcessAgent` killed it); agent: another timeout inside the agent."""
 # Rollout metadata key: the `fit`/`dev` run that created the rollout (`<script> <start time>` by default), so
 # a store shared by several runs (and its dashboard) can keep them apart.
 AGL_RUN = "agl_run"

@@ -38,6 +38,7 @@ from .analytics import MAX_SERIES_POINTS, reward_series, throughput
 from .finished import FinishedRollouts
 from .rewards import FinalRewards
 from .summaries import status_counts, summarize_rollouts
+from .tokens import token_report
 from .triplets import NoSuchAttempt, attempt_triplets
 from .workers import SHOWN_WORKER_STATUSES, split_offline, worker_page
 
@@ -206,6 +207,12 @@ async def finishing_throughput(
         cache=_caches(request).finished,
     )
     return json_response(result)
+
+
+@_api.get("/analytics/tokens")
+async def tokens(request: Request) -> Response:
+    """Per-step token accounting (generated, trained, discarded by reason, in flight) of the latest GRPO/RFT run."""
+    return json_response(await token_report(_store(request)))
 
 
 def build_dashboard_router() -> APIRouter:

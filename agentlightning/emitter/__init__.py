@@ -9,6 +9,7 @@ from .exception import emit_exception
 from .message import emit_message, get_message_value
 from .object import emit_object, get_object_value
 from .reward import (
+    RewardTimeoutError,
     emit_reward,
     find_final_reward,
     find_reward_spans,
@@ -16,6 +17,7 @@ from .reward import (
     get_rewards_from_span,
     is_reward_span,
     reward,
+    reward_within,
 )
 
 __all__ = [
@@ -27,6 +29,8 @@ __all__ = [
     "is_reward_span",
     "find_reward_spans",
     "find_final_reward",
+    "reward_within",
+    "RewardTimeoutError",
     "emit_message",
     "emit_object",
     "emit_exception",

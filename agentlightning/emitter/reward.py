@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, TypeVar, Union, cast
+from typing import Any, Awaitable, Callable, Optional, TypeVar, Union, cast
 
 from agentlightning.attributes.rewards import (
     PRIMARY_REWARD_NAME,
@@ -35,6 +36,8 @@ __all__ = [
     "find_reward_spans",
     "find_final_reward",
     "reward",
+    "RewardTimeoutError",
+    "reward_within",
 ]
 
 _PREFIX = LightningSpanAttributes.REWARD.value
@@ -99,6 +102,34 @@ def emit_reward(
         span_attributes = {**attributes, **span_attributes}
     tracer = resolve_tracer(propagate, "emit_reward")
     return log_emitted(tracer.create_span(AGL_ANNOTATION, attributes=span_attributes))
+
+
+# ---- timeouts ----
+
+
+class RewardTimeoutError(TimeoutError):
+    """The reward took longer than its limit; the runner records the attempt as a `reward` timeout."""
+
+    timeout_location = "reward"
+    """Read by the runner: where the timeout happened (`semconv.AGL_TIMEOUT_LOCATION`)."""
+
+
+async def reward_within(timeout_s: float, compute: Union[Callable[..., Any], Awaitable[Any]], *args: Any) -> Any:
+    """The reward `compute` returns (a coroutine, an async function or a function run in a thread), or
+    `RewardTimeoutError` after `timeout_s` seconds: the attempt then fails as a timed-out reward, which
+    algorithms discard instead of training on a reward of 0."""
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
+    if inspect.isawaitable(compute):
+        pending: Awaitable[Any] = compute
+    elif inspect.iscoroutinefunction(compute):
+        pending = compute(*args)
+    else:
+        pending = asyncio.to_thread(compute, *args)
+    try:
+        return await asyncio.wait_for(pending, timeout_s)
+    except asyncio.TimeoutError as exc:
+        raise RewardTimeoutError(f"the reward took longer than {timeout_s:g} s") from exc
 
 
 # ---- deprecated decorator ----

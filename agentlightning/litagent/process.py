@@ -77,6 +77,11 @@ class ProcessAgentError(RuntimeError):
         self.reason = reason
         self.stderr_tail = stderr_tail
 
+    @property
+    def timeout_location(self) -> Optional[str]:
+        """ "rollout" when the process ran out of its time (see `semconv.AGL_TIMEOUT_LOCATION`), else None."""
+        return "rollout" if self.reason == "timeout" else None
+
 
 def _check_env_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not name or "=" in name or "\0" in name:

@@ -47,6 +47,8 @@ class ProxyCall:
     status_code: Optional[int] = None
     response: Optional[dict[str, Any]] = None
     error: Optional[str] = None
+    timed_out: bool = False
+    """The backend did not answer in time (after the retries): the span is marked a `llm_call` timeout."""
     end_time: Optional[float] = None
     trace_id: Optional[str] = None
     parent_span_id: Optional[str] = None

@@ -62,6 +62,11 @@ class ReleaseAtEnd(Response):
 class BackendUnavailable(Exception):
     """No backend answered (connection refused, timeout...) after all retries."""
 
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+        """The last try timed out (the backend was reachable but too slow)."""
+
 
 _TRANSPORT_ERRORS = (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError)
 
@@ -122,6 +127,13 @@ async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deploy
             continue
         return response
     where = call.deployment.api_base if call.deployment is not None else "?"
+    if isinstance(last_error, asyncio.TimeoutError):
+        raise BackendUnavailable(
+            f"backend {where} for model {call.model!r} did not answer within its timeout after {attempts} "
+            f"attempt(s): {type(last_error).__name__}: {last_error}; raise the model's `timeout` or "
+            "`litellm_settings.request_timeout`",
+            timed_out=True,
+        )
     raise BackendUnavailable(
         f"backend {where} for model {call.model!r} is unreachable after {attempts} attempt(s): "
         f"{type(last_error).__name__}: {last_error}; is the model server running?"
@@ -151,10 +163,11 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         content = await response.read()
     except _TRANSPORT_ERRORS + (aiohttp.ClientPayloadError,) as exc:
         response.close()
-        call.status_code, call.end_time = 502, time.time()
+        call.timed_out = isinstance(exc, asyncio.TimeoutError)
+        call.status_code, call.end_time = 504 if call.timed_out else 502, time.time()
         call.error = f"the backend's answer broke off: {type(exc).__name__}: {exc}"
         await runtime.finish(call)
-        return client_error_response(call.client_api, 502, call.error, error_type="upstream_error")
+        return client_error_response(call.client_api, call.status_code, call.error, error_type="upstream_error")
     response.release()
     call.status_code = response.status
     if response.status < 400:
@@ -287,9 +300,11 @@ async def forward_call(runtime: ProxyRuntime, call: ProxyCall, deployments: list
     try:
         response = await _send(runtime, call, deployments)
     except BackendUnavailable as exc:
-        call.status_code, call.error, call.end_time = 502, str(exc), time.time()
+        status = 504 if exc.timed_out else 502
+        call.status_code, call.error, call.end_time, call.timed_out = status, str(exc), time.time(), exc.timed_out
         await runtime.finish(call)
-        return client_error_response(call.client_api, 502, str(exc), error_type="upstream_unavailable")
+        kind = "upstream_timeout" if exc.timed_out else "upstream_unavailable"
+        return client_error_response(call.client_api, status, str(exc), error_type=kind)
     is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
     if not call.backend_stream or response.status >= 400 or not is_sse:
         return await _unary(runtime, call, response)

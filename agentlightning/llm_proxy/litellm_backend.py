@@ -96,7 +96,8 @@ async def _call_with_retries(runtime: ProxyRuntime, call: ProxyCall, deployments
             )
             if (status is None or status in _RETRYABLE) and attempt + 1 < attempts:
                 continue
-            call.status_code = status or 502
+            call.timed_out = "Timeout" in type(exc).__name__  # litellm.Timeout
+            call.status_code = status or (504 if call.timed_out else 502)
             call.error = f"{type(exc).__name__}: {exc}"
     return None
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from agentlightning.attributes.genai import latest_genai_attributes, latest_genai_enabled
 from agentlightning.instrumentation.openai_chat import LLM_SPAN_NAME, request_to_attributes, response_to_attributes
-from agentlightning.semconv import RAW_GEN_AI_REQUEST, LightningResourceAttributes
+from agentlightning.semconv import AGL_TIMEOUT_LOCATION, RAW_GEN_AI_REQUEST, LightningResourceAttributes
 from agentlightning.types import Attributes, OtelResource, Span, TraceStatus
 
 from .call import ProxyCall
@@ -108,6 +108,8 @@ def build_call_span(call: ProxyCall, sequence_id: int) -> Span:
     attributes.update(call.extra_attributes)
     if latest_genai_enabled():
         attributes.update(latest_genai_attributes(attributes))
+    if call.timed_out:  # algorithms discard the rollout as timed out instead of training on its reward
+        attributes[AGL_TIMEOUT_LOCATION] = "llm_call"
     if call.error is not None:
         attributes["error.type"] = f"http_{call.status_code}" if call.status_code else "proxy_error"
         attributes["error.message"] = call.error

@@ -17,6 +17,7 @@ from agentlightning.semconv import AGL_EXCEPTION_SUMMARY
 __all__ = [
     "FAILURE_SUMMARY_ATTRIBUTE",
     "describe_failure",
+    "timeout_location",
     "log_failure",
     "share_first_traceback",
 ]
@@ -90,6 +91,36 @@ def describe_failure(exc: BaseException) -> str:
             return text if url in text else f"{text} ({request})"
         cause = cause.__cause__ or cause.__context__
     return text
+
+
+# HTTP client timeouts (openai/httpx, aiohttp, requests): in an agent, almost always a model call.
+_HTTP_TIMEOUTS = frozenset(
+    {"APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout"}
+    | {"ServerTimeoutError", "Timeout"}
+)
+
+
+def timeout_location(exc: BaseException) -> Optional[str]:
+    """Where a failure timed out (`semconv.TIMEOUT_LOCATIONS`), or None when it is no timeout.
+
+    An error naming its own location (`timeout_location`: `RewardTimeoutError` -> "reward", a
+    `ProcessAgentError` that ran out of time -> "rollout") wins; an HTTP client timeout is "llm_call";
+    another `TimeoutError` is "agent". The causes of wrapped errors are searched too.
+    """
+    generic: Optional[str] = None
+    cause: Optional[BaseException] = exc
+    for _ in range(5):
+        if cause is None:
+            break
+        named = getattr(cause, "timeout_location", None)
+        if isinstance(named, str) and named:
+            return named
+        if {kind.__name__ for kind in type(cause).__mro__} & _HTTP_TIMEOUTS:
+            return "llm_call"
+        if isinstance(cause, TimeoutError) and generic is None:
+            generic = "agent"
+        cause = cause.__cause__ or cause.__context__
+    return generic
 
 
 def log_failure(logger: logging.Logger, rollout_id: str, where: str, exc: BaseException) -> str:

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from agentlightning.adapter.llm_call import DEFAULT_LLM_CALL_MATCH, looks_like_llm_call
 from agentlightning.emitter import emit_exception, emit_reward
+from agentlightning.semconv import AGL_TIMEOUT_LOCATION
 from agentlightning.tracer.otel import OtelTracer
 from agentlightning.types import (
     AUTO_SEQUENCE_ID,
@@ -29,7 +30,7 @@ from agentlightning.types import (
     TraceStatus,
 )
 
-from .failures import FAILURE_SUMMARY_ATTRIBUTE, describe_failure
+from .failures import FAILURE_SUMMARY_ATTRIBUTE, describe_failure, timeout_location
 
 if TYPE_CHECKING:
     from agentlightning.litagent import LitAgent
@@ -250,7 +251,11 @@ class RolloutResults(Generic[T_task]):
         """
         try:
             summary = describe_failure(exc)
-            core = emit_exception(exc, {FAILURE_SUMMARY_ATTRIBUTE: summary}, propagate=False)
+            attributes: dict[str, Any] = {FAILURE_SUMMARY_ATTRIBUTE: summary}
+            location = timeout_location(exc)
+            if location is not None:  # algorithms discard a timed-out rollout, never train on a filled-in reward
+                attributes[AGL_TIMEOUT_LOCATION] = location
+            core = emit_exception(exc, attributes, propagate=False)
             # emit_exception records a handled exception (status OK); this one failed the attempt.
             core.status = TraceStatus(status_code="ERROR", description=summary)
             if self._trace_deferred:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from agentlightning.llm_proxy.proxy import LLMProxy
+from agentlightning.semconv import AGL_TIMEOUT_LOCATION
 from agentlightning.store.memory import InMemoryLightningStore
 from agentlightning.types import AttemptedRollout
 from agentlightning.web.launcher import PythonServerLauncher, PythonServerLauncherArgs, pick_free_port
@@ -338,3 +340,25 @@ async def test_requests_over_the_size_limit_are_413_before_they_are_read(
     assert fine.status_code == 200 and len(backend.requests) == 1  # the refused bodies never reached it
     with pytest.raises(ValueError, match="max_body_size"):
         LLMProxy(model_list=[model_entry("policy", backend)], max_body_size=0)
+
+
+async def test_a_backend_past_its_timeout_is_a_504_recorded_as_an_llm_call_timeout(
+    make_proxy: Any, store: InMemoryLightningStore, attempt: AttemptedRollout
+):
+    def slow(_: Any) -> str:
+        time.sleep(1.0)
+        return "too late"
+
+    with OpenAITestServer(slow) as backend:
+        entry = model_entry("policy", backend)
+        entry["litellm_params"]["timeout"] = 0.2
+        proxy = await make_proxy([entry])
+        llm = proxy.as_resource(attempt.rollout_id, attempt.attempt.attempt_id)
+        client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as info:
+            await client.chat.completions.create(model="policy", messages=HI)
+    assert info.value.status_code == 504
+    assert "did not answer within its timeout" in str(info.value)
+    (span,) = [s for s in await store.query_spans(attempt.rollout_id) if s.name == "openai.chat.completion"]
+    assert span.attributes[AGL_TIMEOUT_LOCATION] == "llm_call"
+    assert span.attributes["http.response.status_code"] == 504 and span.status.status_code == "ERROR"

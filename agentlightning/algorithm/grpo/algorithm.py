@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 from ...emitter import find_final_reward
-from ...types import Dataset
+from ...types import Dataset, NamedResources
 from .batch import RolloutTriplets
 from .collect import RolloutCollection
 from .config import GRPOConfig
@@ -32,6 +32,8 @@ from .groups import GroupKey, PendingGroup, drop_tied_groups, has_advantage
 from .handoff import PolicyHandoff
 from .metrics import MetricsWriter, format_metrics, plot_reward_curve
 from .roles import role_resource_name
+from .token_report import publish_token_report
+from .tokens import TokenLedger
 from .weight_sync import verify_weight_sync
 
 if TYPE_CHECKING:
@@ -127,6 +129,12 @@ class GRPO(PolicyHandoff, RolloutCollection):
         """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
         self.phase = "starting"
         """What the loop is doing: loading the model, rollouts, learner update, weight swap, evaluation."""
+        self.tokens = TokenLedger(strict=self.config.strict_token_accounting)
+        """Where the rollouts' generated tokens went: trained, discarded by reason, in flight (`tokens.py`)."""
+        self._train_resources: Optional[Tuple[str, NamedResources]] = None
+        """The training resources bundle last published (re-published after the token report)."""
+        self.token_report: List[Dict[str, float]] = []
+        """Each record's token accounting and staleness histogram, as published for the dashboard."""
 
     def describe_phase(self) -> str:
         """The phase for progress lines; during an update the learner's micro-batches done and tokens/s."""
@@ -187,6 +195,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
             always_logprobs=True,
             adapters=list(self.config.roles),
             deterministic=self.config.deterministic,
+            # A call held during a weight swap may wait as long as the step waits for its rollouts.
+            hold_timeout_s=self.config.rollout_timeout_s,
         )
         self.server.start()
         return self.learner, self.server
@@ -206,6 +216,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
     async def _run(self, train_dataset: Dataset[Any], val_dataset: Optional[Dataset[Any]]) -> None:
         cfg = self.config
         self.run_started = time.perf_counter()
+        self.tokens, self.token_report = TokenLedger(strict=cfg.strict_token_accounting), []
         learner, server = await asyncio.to_thread(self.build)
         writer = MetricsWriter(self.metrics_path) if self.metrics_path else None
         tracking_dir = cfg.tracking_dir or (str(Path(cfg.checkpoint_dir) / "tracking") if cfg.checkpoint_dir else None)
@@ -219,7 +230,8 @@ class GRPO(PolicyHandoff, RolloutCollection):
                 await self._cancel_leftovers()
             await self._publish_resources()
             if val_dataset is not None and len(val_dataset) > 0 and not resumed:
-                self._record(0, await self.evaluate(val_dataset), writer)
+                metrics = await self.evaluate(val_dataset)
+                self._record(0, {**metrics, **await self._close_tokens(0, metrics)}, writer)
             self.last_step = False
             while learner.global_step < cfg.total_steps and not self.last_step:
                 step = learner.global_step
@@ -230,6 +242,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
                 if val_dataset is not None and len(val_dataset) > 0:
                     if (cfg.val_interval and done % cfg.val_interval == 0) or last:
                         metrics.update(await self.evaluate(val_dataset))
+                metrics.update(await self._close_tokens(done, metrics))
                 self._record(done, metrics, writer)
                 if cfg.checkpoint_dir and (done % cfg.checkpoint_interval == 0 or last):
                     await asyncio.to_thread(learner.save_checkpoint, cfg.checkpoint_dir)
@@ -292,6 +305,15 @@ class GRPO(PolicyHandoff, RolloutCollection):
         self.history.append(record)
         self.get_tracker().log_metrics(metrics, step)
 
+    async def _close_tokens(self, step: int, metrics: Dict[str, Any]) -> Dict[str, float]:
+        """End the step's token accounting (checking that it closes) and publish it for the dashboard."""
+        await self.observe_tokens_in_flight()
+        tokens = self.tokens.close(step, self.NAME).as_metrics()
+        staleness = {k: float(v) for k, v in metrics.items() if k.startswith("staleness_")}
+        self.token_report.append({"step": float(step), **tokens, **staleness})
+        await publish_token_report(self.get_store(), self.NAME, self.token_report, self._train_resources)
+        return tokens
+
     async def _publish_resources(self) -> None:
         assert self.server is not None
         store = self.get_store()
@@ -304,6 +326,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
             llms = {self.llm_resource_name: self.server.as_resource(sampling)}
             for role in self.config.roles:
                 llms[role_resource_name(role)] = self.server.as_resource(sampling, adapter=role)
+            self._train_resources = (resources_id, {**initial, **llms})
             await store.update_resources(resources_id, {**initial, **llms})
 
     async def train_step(self, train_dataset: Dataset[Any], *, reuse_store: bool = False) -> Dict[str, Any]:
@@ -328,13 +351,17 @@ class GRPO(PolicyHandoff, RolloutCollection):
         if cfg.drop_tied_groups and not (cfg.kl_coef or cfg.entropy_coef):
             samples, tied = drop_tied_groups(samples)
             tied_dropped = {"groups_tied_dropped": float(tied), "rows_trained": float(len(samples))}
+            self.tokens.discard("tied", _trained_tokens(batch.samples) - _trained_tokens(samples))
         if not samples or (cfg.skip_no_signal_updates and not _has_signal(samples, cfg)):
             metrics = learner.skip_step(samples)
+            self.tokens.discard("no_signal", _trained_tokens(samples))
         else:
             update = self._async_update if cfg.async_rollouts else self._locked_update
             self.phase = "learner update"
             metrics = await asyncio.to_thread(update, samples)
             metrics["update_skipped"] = 0.0
+            self.tokens.train(int(metrics.pop("tokens_trained", 0)))
+            self.tokens.discard("update_cap", int(metrics.pop("tokens_update_cap", 0)))
         self.phase = "rollouts"
         metrics.update(batch.metrics)
         metrics.update(tied_dropped)
@@ -346,6 +373,7 @@ class GRPO(PolicyHandoff, RolloutCollection):
                 "reward_std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
                 "rollouts": float(batch.rollouts),
                 "rollouts_failed": float(batch.failed),
+                "rollouts_timed_out": float(batch.timed_out),
                 # From enqueue to the last finished rollout (enqueued a step early when prefetched).
                 "rollouts_per_s": batch.rollouts / generation_s if generation_s > 0 else 0.0,
                 "rollout_wait_s": batch.wait_s,
@@ -402,15 +430,26 @@ class GRPO(PolicyHandoff, RolloutCollection):
         enqueued = await self._enqueue(requests, step, mode="val", resources_id=self.VAL_RESOURCES_ID)
         finished = await self._wait(list(enqueued.values()))
         rewards: List[float] = []
+        timed_out = 0
         for rollout_id in enqueued.values():
             rollout = finished.get(rollout_id)
-            if rollout is None or rollout.status != "succeeded":
+            outcome = await self._outcome(rollout_id)
+            self.tokens.discard("eval", self.tokens.settle(rollout_id, outcome.total_tokens))
+            if rollout is None or outcome.timeout_location is not None:  # a timeout is no reward of 0
+                timed_out += 1
+                if rollout is None or outcome.attempt_gave_up:
+                    self.tokens.watch(rollout_id, outcome.total_tokens, "eval")
+                continue
+            if rollout.status != "succeeded":
                 rewards.append(self.config.reward_fill_value)
                 continue
-            spans = await self._spans(rollout_id)
-            reward = find_final_reward(spans)
+            reward = find_final_reward(await self._spans(rollout_id))
             rewards.append(self.config.reward_fill_value if reward is None else reward)
-        return {"val_reward_mean": statistics.fmean(rewards) if rewards else 0.0, "val_rollouts": float(len(rewards))}
+        return {
+            "val_reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+            "val_rollouts": float(len(rewards)),
+            "val_rollouts_timed_out": float(timed_out),
+        }
 
 
 def rollout_return(rollout: RolloutTriplets, fill_value: float) -> float:
@@ -438,6 +477,10 @@ def _row_metrics(counters: Dict[str, int], samples: Sequence[Any], rollouts: int
         if key.startswith("breaks_"):
             metrics[key] = float(value)
     return metrics
+
+
+def _trained_tokens(samples: Sequence[Any]) -> int:
+    return sum(sample.trained_tokens for sample in samples)
 
 
 def _total_reward(rewards: Sequence[Optional[float]], fill_value: float) -> float:

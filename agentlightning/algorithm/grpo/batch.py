@@ -110,6 +110,9 @@ _COUNTERS = (
     "rows_truncated",
     "triplets_without_role",
     "triplets_retokenized",
+    "tokens_truncated",
+    "tokens_prompt_too_long",
+    "tokens_without_role",
     *(f"breaks_{cause}" for cause in BREAK_CAUSES),
 )
 
@@ -147,7 +150,8 @@ def samples_from_rollouts(
     `rollouts_without_samples`, `rows`, `rows_dropped_prompt_too_long`, `rows_truncated` and
     `breaks_<cause>` for each continuity break cause (trajectory aggregation only), and
     `triplets_without_role` (with `role_of`), and `triplets_retokenized` (ids rebuilt from text, see
-    `adapter.retokenize`).
+    `adapter.retokenize`); and the generated tokens no row trains: `tokens_truncated`, `tokens_prompt_too_long`
+    and `tokens_without_role` (the rows' `trained_tokens` plus these are the rollouts' response tokens).
     """
     if aggregation not in ("trajectory", "transition"):
         raise ValueError(f"aggregation must be 'trajectory' or 'transition', got {aggregation!r}")
@@ -238,6 +242,7 @@ def _calls_of(
         role = role_of(triplet) if role_of is not None else None
         if role_of is not None and role is None:
             counters["triplets_without_role"] += 1
+            counters["tokens_without_role"] += len(tokens[1])
             continue
         roles[index] = role
         turns.append(TurnTokens(*tokens, index=index))
@@ -301,6 +306,7 @@ def _sample_of(
     first = row.turns[0]
     if max_prompt_length is not None and len(row.prompt_ids) > max_prompt_length:
         counters["rows_dropped_prompt_too_long"] += 1
+        counters["tokens_prompt_too_long"] += sum(row.loss_mask)
         return None
     token_advantages: Optional[List[float]] = None
     if step_advantage_weight and len(row.turns) > 1:
@@ -327,7 +333,9 @@ def _sample_of(
     )
     if max_response_length is not None and len(sample.response_ids) > max_response_length:
         counters["rows_truncated"] += 1
-        sample = truncate_sample(sample, len(sample.prompt_ids), max_response_length)
+        kept = truncate_sample(sample, len(sample.prompt_ids), max_response_length)
+        counters["tokens_truncated"] += sample.trained_tokens - kept.trained_tokens
+        sample = kept
     return sample
 
 

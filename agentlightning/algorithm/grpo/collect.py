@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ...emitter import find_final_reward
 from ...types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, RolloutMode, Span
@@ -25,7 +25,9 @@ from .batch import RolloutTriplets, Sample, samples_from_rollouts
 from .config import GRPOConfig
 from .determinism import canonical_order
 from .groups import GroupKey, GroupTally, PendingGroup, drop_stale_groups
+from .outcomes import RolloutOutcome, rollout_outcome, rollout_tokens
 from .roles import role_of_triplet
+from .tokens import TokenLedger
 
 if TYPE_CHECKING:
     from ...serving.server import PolicyServer
@@ -47,12 +49,15 @@ class CollectedRollouts:
     rollouts: int
     """Rollouts the step used up: trained on, or dropped (failed, stale)."""
     failed: int
+    """Of `rollouts`: not succeeded, or timed out (see `timed_out`)."""
     generation_s: float
     """From their (earliest) enqueue to the end of the collection."""
     wait_s: float
     """From the start of the step."""
     metrics: Dict[str, float] = field(default_factory=lambda: {})
     """Metrics of the mode (async: staleness and groups)."""
+    timed_out: int = 0
+    """Of `failed`: rollouts that timed out (the rollout, an LLM call or the reward), never trained on."""
 
 
 class RolloutCollection(Algorithm):
@@ -71,6 +76,8 @@ class RolloutCollection(Algorithm):
     learner: Optional[GRPOLearner]
     server: Optional[PolicyServer]
     poll_interval: float
+    tokens: TokenLedger
+    """Where the generated tokens went (`tokens.py`): settled here as rollouts are taken or given up on."""
     _pending: Dict[GroupKey, PendingGroup]
     """Async: groups enqueued and not yet trained on or dropped, oldest first (see `groups.py`)."""
 
@@ -100,6 +107,8 @@ class RolloutCollection(Algorithm):
         finished = await self._wait(list(rollout_keys.values()))
         # Reused rollouts may have failed against the previous run's server: replace those once.
         failed_reused = {key: wanted[key] for key, rid in existing.items() if _failed(finished.get(rid))}
+        for key in failed_reused:
+            await self._settle_failed(rollout_keys[key])
         if failed_reused:
             replacements = await self._enqueue(failed_reused, step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
             rollout_keys.update(replacements)
@@ -107,24 +116,26 @@ class RolloutCollection(Algorithm):
         wait_s = time.perf_counter() - started
 
         groups: List[RolloutTriplets] = []
-        failed = 0
+        failed = timed_out = 0
         for (group, _k), rollout_id in rollout_keys.items():
-            rollout = finished.get(rollout_id)
-            if rollout is None or rollout.status != "succeeded":
-                failed += 1
+            usable, reason = await self._take(rollout_id, finished.get(rollout_id))
+            if usable is None:
+                failed, timed_out = failed + 1, timed_out + (reason == "timeout")
                 continue
-            triplets, final_reward = await self._triplets(rollout_id)
-            groups.append(RolloutTriplets(rollout_id, group, triplets, final_reward))
+            groups.append(RolloutTriplets(rollout_id, group, usable.triplets, usable.final_reward))
         if self.config.deterministic:  # runners finish in any order; train in one that does not depend on it
             groups = canonical_order(groups)
         counters: Dict[str, int] = {}
         samples = self._samples(groups, counters)
+        self._discard_row_losses(counters)
         if not samples:
             raise RuntimeError(
                 f"{self.NAME} step {step + 1}: none of {len(rollout_keys)} rollouts ({failed} failed) produced triplets with "
                 "token ids; check that the agent calls the published LLM resource and the tracer records token ids"
             )
-        return CollectedRollouts(groups, samples, counters, len(rollout_keys), failed, wait_s, wait_s)
+        return CollectedRollouts(
+            groups, samples, counters, len(rollout_keys), failed, wait_s, wait_s, timed_out=timed_out
+        )
 
     async def _collect_complete_groups(
         self, train_dataset: Dataset[Any], step: int, reuse_store: bool, started: float
@@ -147,7 +158,7 @@ class RolloutCollection(Algorithm):
         consumed: List[PendingGroup] = []
         counters: Dict[str, int] = {}
         staleness: Dict[str, float] = {"samples_stale_dropped": 0.0}
-        failed = 0
+        failed = timed_out = 0
         while True:
             running = [r for g in self._pending.values() for r in g.rollout_ids.values() if r not in terminal]
             terminal.update({r.rollout_id: r for r in await self._finished_within(running, deadline)})
@@ -156,18 +167,19 @@ class RolloutCollection(Algorithm):
                     continue
                 del self._pending[group.key]
                 consumed.append(group)
-                succeeded = [r for r in group.rollout_ids.values() if terminal[r].status == "succeeded"]
-                failed += len(group.rollout_ids) - len(succeeded)
-                if not succeeded:
+                members, lost, lost_to_timeouts = await self._take_group(group, terminal)
+                failed, timed_out = failed + lost, timed_out + lost_to_timeouts
+                if not members:
                     tally.failed += 1
                     continue
-                members = [RolloutTriplets(r, group.key, *await self._triplets(r)) for r in succeeded]
-                samples, stats = drop_stale_groups(self._samples(members, counters), version, cfg.max_staleness)
+                built = self._samples(members, counters)
+                samples, stats = drop_stale_groups(built, version, cfg.max_staleness)
                 dropped = stats.pop("groups_dropped_stale")
                 for key, value in stats.items():
                     staleness[key] = staleness.get(key, 0.0) + value
                 if dropped:
                     tally.dropped_stale += 1
+                    self.tokens.discard("stale", sum(s.trained_tokens for s in built))
                 else:
                     taken.append((group.key, members, samples))
             if len(taken) >= quorum or not self._pending or time.monotonic() >= deadline:
@@ -181,6 +193,7 @@ class RolloutCollection(Algorithm):
                 cfg.rollout_timeout_s,
                 len(self._pending),
             )
+        self._discard_row_losses(counters)
         tally.trained, tally.carried_over = len(taken), len(self._pending)
         taken.sort(key=lambda item: item[0])  # oldest first
         samples = [sample for _key, _members, group_samples in taken for sample in group_samples]
@@ -202,6 +215,7 @@ class RolloutCollection(Algorithm):
             generation_s=now - min((group.enqueued_at for group in consumed), default=started),
             wait_s=now - started,
             metrics={**staleness, **tally.as_metrics(), "rollouts_ready_at_step_start": float(ready)},
+            timed_out=timed_out,
         )
 
     async def _prefetch(self, train_dataset: Dataset[Any], step: int) -> None:
@@ -239,6 +253,8 @@ class RolloutCollection(Algorithm):
         group.reused.clear()
         if not failed:
             return False
+        for k in failed:
+            await self._settle_failed(group.rollout_ids[k])
         requests = {(group.slot, k): group.task for k in failed}
         replacements = await self._enqueue(requests, group.step, mode="train", resources_id=self.TRAIN_RESOURCES_ID)
         group.rollout_ids.update({k: replacements[(group.slot, k)] for k in failed})
@@ -320,6 +336,8 @@ class RolloutCollection(Algorithm):
                 for key in keys
             ]
         )
+        for rollout in rollouts:
+            self.tokens.track(rollout.rollout_id)
         return {key: rollout.rollout_id for key, rollout in zip(keys, rollouts, strict=False)}
 
     def _checkpoint_tag(self) -> Dict[str, str]:
@@ -357,6 +375,8 @@ class RolloutCollection(Algorithm):
                 and self._from_this_checkpoint(rollout)
             ):
                 found.setdefault((int(meta[self.META_GROUP]), int(meta[self.META_SAMPLE])), rollout.rollout_id)
+        for rollout_id in found.values():
+            self.tokens.track(rollout_id)
         if found:
             logger.info("%s step %d: reusing %d rollouts found in the store", self.NAME, step + 1, len(found))
         return found
@@ -389,11 +409,71 @@ class RolloutCollection(Algorithm):
     async def _spans(self, rollout_id: str) -> List[Span]:
         return list(await self.get_store().query_spans(rollout_id, "latest"))
 
-    async def _triplets(self, rollout_id: str) -> Tuple[List[Any], Optional[float]]:
+    async def _outcome(self, rollout_id: str) -> RolloutOutcome:
+        return await rollout_outcome(self.get_store(), rollout_id, self._adapt)
+
+    async def _take(self, rollout_id: str, rollout: Optional[Rollout]) -> Tuple[Optional[RolloutOutcome], str]:
+        """Settle a rollout the step is done waiting for: its outcome when it can be trained on (its latest
+        attempt's tokens then go to rows), else None and the reason its tokens were discarded."""
+        outcome = await self._outcome(rollout_id)
+        self.tokens.settle(rollout_id, outcome.total_tokens)
+        self.tokens.discard_counts(outcome.earlier)
+        if rollout is None:  # still running after rollout_timeout_s: its later tokens are discarded too
+            self.tokens.watch(rollout_id, outcome.total_tokens, "timeout")
+            self.tokens.discard("timeout", outcome.tokens)
+            return None, "timeout"
+        if outcome.attempt_gave_up:  # a runner the store gave up on may still record (late) tokens
+            late = "timeout" if outcome.timeout_location or outcome.earlier.get("timeout") else "failed"
+            self.tokens.watch(rollout_id, outcome.total_tokens, late)
+        if rollout.status == "succeeded" and outcome.timeout_location is None:
+            return outcome, ""
+        reason = "timeout" if outcome.timeout_location is not None else "failed"
+        self.tokens.discard(reason, outcome.tokens)
+        return None, reason
+
+    async def _take_group(
+        self, group: PendingGroup, terminal: Dict[str, Rollout]
+    ) -> Tuple[List[RolloutTriplets], int, int]:
+        """Async: settle a complete group's rollouts; returns the usable ones, and how many were not (of
+        those, how many timed out)."""
+        members: List[RolloutTriplets] = []
+        failed = timed_out = 0
+        for rollout_id in group.rollout_ids.values():
+            usable, reason = await self._take(rollout_id, terminal[rollout_id])
+            if usable is None:
+                failed, timed_out = failed + 1, timed_out + (reason == "timeout")
+            else:
+                members.append(RolloutTriplets(rollout_id, group.key, usable.triplets, usable.final_reward))
+        return members, failed, timed_out
+
+    async def _settle_failed(self, rollout_id: str) -> None:
+        """A reused rollout that failed and is replaced: its tokens are discarded."""
+        outcome = await self._outcome(rollout_id)
+        self.tokens.settle(rollout_id, outcome.total_tokens)
+        self.tokens.discard_counts(outcome.earlier)
+        self.tokens.discard("timeout" if outcome.timeout_location else "failed", outcome.tokens)
+
+    def _discard_row_losses(self, counters: Dict[str, int]) -> None:
+        """Tokens of the taken rollouts that no row trains (cut, prompt too long, no role)."""
+        self.tokens.discard("truncated", counters.get("tokens_truncated", 0))
+        self.tokens.discard("prompt_too_long", counters.get("tokens_prompt_too_long", 0))
+        self.tokens.discard("no_role", counters.get("tokens_without_role", 0))
+
+    async def observe_tokens_in_flight(self) -> None:
+        """Read the tokens recorded so far by the rollouts in flight and by those given up on."""
+        store = self.get_store()
+        for rollout_id in [*self.tokens.in_flight, *self.tokens.abandoned]:
+            self.tokens.observe(rollout_id, await rollout_tokens(store, rollout_id, self._adapt))
+            if rollout_id in self.tokens.abandoned:
+                rollout = await store.get_rollout_by_id(rollout_id)
+                if rollout is None or rollout.status in ("succeeded", "failed", "cancelled"):
+                    self.tokens.forget(rollout_id)
+
+    def _adapt(self, spans: Sequence[Span]) -> Tuple[List[Any], Optional[float]]:
+        """One attempt's spans as triplets (the trainer's adapter), and the final reward when no triplet has one."""
         from ...adapter import TracerTraceToTriplet
         from ...adapter.retokenize import retokenize_triplets
 
-        spans = await self._spans(rollout_id)
         adapter: Any = self.get_adapter() if self.has_adapter() else TracerTraceToTriplet()
         triplets = list(adapter.adapt(spans))
         if self.learner is not None:  # calls recorded without token ids (e.g. OTel GenAI instrumentations)

@@ -31,7 +31,10 @@ class GRPOConfig:
     max_new_tokens: int = 128
     """Completion length limit published to agents (`sampling_parameters["max_tokens"]`)."""
     rollout_timeout_s: float = 600.0
-    """How long a step waits for its rollouts; unfinished ones are dropped from the step (async: carried over)."""
+    """How long a step waits for its rollouts; unfinished ones are dropped from the step (async: carried over)
+    and their tokens discarded as `timeout`. Also each rollout's `RolloutConfig.timeout_seconds` (the store
+    marks an attempt running longer `timeout`), the policy server's hold of a call during a weight swap
+    (`hold_timeout_s`) and the async drain of a swap: no inner limit is shorter."""
     async_rollouts: bool = False
     """Bounded-staleness async: the next step's rollouts are generated while the learner updates. The
     policy server then serves its own copy of the weights, swapped after each update (pause, 429 +
@@ -61,6 +64,10 @@ class GRPOConfig:
     weight_sync_watch_per_layer: int = 2
     """Tensors the weight-sync check watches per layer (and per adapter and layer), spread evenly by name;
     tensors outside layers are all watched; 0 watches every tensor."""
+    strict_token_accounting: bool = False
+    """Every step the algorithm checks that its token accounting closes (generated = trained + discarded +
+    change of in flight, `algorithm/grpo/tokens.py`); a gap is logged as an error, or with True raised as
+    `TokenAccountingError` (tests)."""
     val_interval: int = 0
     """Evaluate on the validation set every this many steps (0: only before training and at the end)."""
     val_temperature: float = 0.0

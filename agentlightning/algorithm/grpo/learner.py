@@ -36,6 +36,8 @@ _SUMMED_METRICS = {
     "samples",
     "response_tokens",
     "row_tokens",
+    "tokens_trained",
+    "tokens_update_cap",
     "old_logprobs_recomputed",
     "train_time_s",
 }
@@ -92,6 +94,10 @@ class _UpdateTally:
     grad_norms: List[float] = field(default_factory=lambda: [])
     losses: List[float] = field(default_factory=lambda: [])
     tokens_seen: int = 0
+    tokens_trained: int = 0
+    """Trained tokens of the rows some optimizer step used (`max_updates_per_batch` may leave rows out)."""
+    tokens_update_cap: int = 0
+    """Trained tokens of the rows no optimizer step used."""
 
     def metrics(self, rows: Sequence[Sample], elapsed: float) -> Dict[str, float]:
         tokens = max(self.sums["tokens"], 1.0)
@@ -111,6 +117,8 @@ class _UpdateTally:
             "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
             "train_tokens_per_s": self.tokens_seen / elapsed if elapsed > 0 else 0.0,
             "train_time_s": elapsed,
+            "tokens_trained": float(self.tokens_trained),
+            "tokens_update_cap": float(self.tokens_update_cap),
         }
 
 
@@ -393,6 +401,9 @@ class GRPOLearner:
             )
             plan.extend(order[i : i + per_step] for i in range(0, len(order), per_step))
         plan = plan[: cfg.max_updates_per_batch or None]
+        used = {i for members in plan for i in members}
+        tally.tokens_trained = sum(rows[i].trained_tokens for i in used)
+        tally.tokens_update_cap = sum(row.trained_tokens for i, row in enumerate(rows) if i not in used)
         steps = [micro_batches(members, rows, cfg.micro_batch_size) for members in plan]
         self.progress.begin("learner update", sum(len(step) for step in steps))
         self.policy.train()

@@ -63,6 +63,7 @@ class RFT(GRPO):
         )
         kept_ids = {r.rollout_id for r in kept}
         samples = [s for s in batch.samples if s.rollout_id in kept_ids]
+        self.tokens.discard("rejected", sum(s.trained_tokens for s in batch.samples if s.rollout_id not in kept_ids))
         self.empty_rounds += not samples
         # The last round: `rounds` of them trained (empty ones within `max_empty_rounds` do not count).
         self.last_step = step + 1 - self.empty_rounds >= cfg.rounds or step + 1 >= self.config.total_steps
@@ -70,6 +71,8 @@ class RFT(GRPO):
             self.phase = "learner update"
             metrics = await asyncio.to_thread(self._supervised_update, samples)
             self.phase = "rollouts"
+            self.tokens.train(int(metrics.pop("tokens_trained", 0)))
+            self.tokens.discard("update_cap", int(metrics.pop("tokens_update_cap", 0)))
             metrics["nll"] = metrics.pop("pg_loss")
             for key in _POLICY_GRADIENT_METRICS:
                 metrics.pop(key, None)
@@ -90,6 +93,7 @@ class RFT(GRPO):
                 "reward_std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
                 "rollouts": float(batch.rollouts),
                 "rollouts_failed": float(batch.failed),
+                "rollouts_timed_out": float(batch.timed_out),
                 "selected_rollouts": float(len(kept)),
                 "selected_reward_mean": statistics.fmean(r.reward for r in kept) if kept else 0.0,
                 "groups_selected": float(len({r.group_id for r in kept})),

@@ -98,6 +98,11 @@ def test_fit_trains_with_sampling_time_logprobs_and_writes_metrics(
     assert set(wandb["history"]["val_reward_mean"]) == {0, 2}
     board = tensorboard_run(tmp_path / "ckpt" / "tracking" / "tensorboard" / "grpo")
     assert board["history"]["reward_mean"] == pytest.approx(curve) and '"batch_size": 2' in board["config"]
+    # The token accounting travels the same path: every record's counts, in the file and in both backends.
+    generated = {r["step"]: r["tokens/generated"] for r in algorithm.history}
+    assert all(value > 0 for value in generated.values())
+    assert wandb["history"]["tokens/generated"] == pytest.approx(generated)
+    assert board["history"]["tokens/generated"] == pytest.approx(generated)
 
 
 def test_a_policy_served_in_another_dtype_is_a_copy_synced_after_each_update(tmp_path: Path) -> None:

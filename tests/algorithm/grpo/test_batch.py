@@ -134,6 +134,9 @@ def test_row_limits_drop_long_prompts_and_cut_long_responses_and_count_both() ->
     assert sample.response_ids == [3, 4, 5, 6] and sample.loss_mask == [1, 1, 1, 0]
     assert sample.old_logprobs == [-1.0, -2.0, -3.0, 0.0] and sample.trained_tokens == 3
     assert stats["rows_dropped_prompt_too_long"] == 1 and stats["rows_truncated"] == 1 and stats["rows"] == 1
+    # Every generated token is trained or counted where it was lost: 5 = 3 trained + 1 cut + 1 too long.
+    assert (stats["tokens_truncated"], stats["tokens_prompt_too_long"]) == (1, 1)
+    assert sample.trained_tokens + stats["tokens_truncated"] + stats["tokens_prompt_too_long"] == 3 + 1 + 1
     with pytest.raises(ValueError, match="aggregation"):
         samples_from_rollouts([rollout], aggregation="steps")  # type: ignore[arg-type]
 

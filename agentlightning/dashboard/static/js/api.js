@@ -160,3 +160,4 @@ export const workers = (params) => request("/workers", params);
 export const dashboardWorkers = (params) => request("/dashboard/workers", params);
 export const rewards = (params) => request("/analytics/rewards", params);
 export const throughput = (params) => request("/analytics/throughput", params);
+export const tokens = () => request("/analytics/tokens");

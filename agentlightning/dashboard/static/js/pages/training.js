@@ -1,6 +1,8 @@
 // Training: how rewards evolve (train / val, by rollout index or time), how fast rollouts finish, and the
 // mean reward of each resources version (each prompt an optimizer tried). Runs sharing the store (each
 // `fit` tags its rollouts with its run name) are shown one at a time: the latest, or the one picked.
+// GRPO / RFT also publish where each step's generated tokens went (trained, discarded by reason, in flight)
+// and the staleness of the samples it trained on: the "Tokens per step" card.
 
 import * as api from "../api.js";
 import { card, chips, dataTable, empty, errorBox, fmt, h, modeTag, renderIfChanged, rewardCell, stat } from "../components.js";
@@ -47,6 +49,31 @@ function runsOf(points) {
   return [...last.entries()].sort((a, b) => b[1] - a[1]).map(([run]) => run);
 }
 
+// A step's discard reasons with tokens, largest first: "tied 120 · truncated 40".
+function discardsOf(step) {
+  return Object.keys(step)
+    .filter((k) => k.startsWith("tokens/discarded/") && step[k] > 0)
+    .map((k) => [k.slice("tokens/discarded/".length), step[k]])
+    .sort((a, b) => b[1] - a[1]);
+}
+
+// A step's staleness histogram (samples by how many updates behind the learner their policy was), as bars.
+function stalenessCell(step) {
+  const bins = Object.keys(step)
+    .filter((k) => k.startsWith("staleness_"))
+    .map((k) => [Number(k.slice("staleness_".length)), step[k]])
+    .sort((a, b) => a[0] - b[0]);
+  if (!bins.length) return h("span", { class: "muted" }, "\u2014");
+  const most = Math.max(...bins.map(([, n]) => n), 1);
+  return h(
+    "span",
+    { class: "staleness-bars", title: bins.map(([behind, n]) => `${n} samples ${behind} updates behind`).join("\n") },
+    bins.map(([behind, n]) =>
+      h("span", { class: "staleness-bin", dataset: { behind } }, h("span", { class: "staleness-bar", style: `height:${Math.max(2, (n / most) * 16)}px` }), `${behind}:${fmt.number(n)}`),
+    ),
+  );
+}
+
 function mean(values) {
   return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;
 }
@@ -67,7 +94,8 @@ export function createPage(ctx) {
   const rewardHolder = h("div");
   const throughputHolder = h("div");
   const versionsHolder = h("div");
-  const element = h("div", { class: "page training-page" }, statsHolder, controlsHolder, rewardHolder, throughputHolder, versionsHolder);
+  const tokensHolder = h("div");
+  const element = h("div", { class: "page training-page" }, statsHolder, controlsHolder, rewardHolder, throughputHolder, tokensHolder, versionsHolder);
 
   function update(changes) {
     Object.assign(state, changes);
@@ -266,21 +294,58 @@ export function createPage(ctx) {
     );
   }
 
+  function renderTokens() {
+    const report = data.tokens || { steps: [] };
+    const rows = [...report.steps].reverse(); // latest step first
+    renderIfChanged(tokensHolder, report, () =>
+      rows.length
+        ? card(
+            `Tokens per step (${report.algorithm || "algorithm"})`,
+            dataTable({
+              columns: [
+                { key: "step", label: "Step", class: "num" },
+                { key: "tokens/generated", label: "Generated", class: "num", render: (s) => fmt.number(s["tokens/generated"]) },
+                { key: "tokens/trained", label: "Trained", class: "num", render: (s) => fmt.number(s["tokens/trained"]) },
+                { key: "tokens/discarded", label: "Discarded", class: "num", render: (s) => fmt.number(s["tokens/discarded"]) },
+                { key: "reasons", label: "Discarded by reason", render: (s) => discardsOf(s).map(([reason, n]) => `${reason} ${fmt.number(n)}`).join(" \u00B7 ") || "\u2014" },
+                { key: "tokens/in_flight", label: "In flight (end)", class: "num", render: (s) => fmt.number(s["tokens/in_flight"]) },
+                { key: "staleness", label: "Staleness (updates behind: samples)", render: stalenessCell },
+                {
+                  key: "tokens/unaccounted",
+                  label: "Closes",
+                  render: (s) => (s["tokens/unaccounted"] === 0 ? h("span", { class: "ok" }, "\u2713") : h("span", { class: "bad", title: "generated \u2260 trained + discarded + \u0394 in flight" }, `\u2717 ${fmt.number(s["tokens/unaccounted"])}`)),
+                },
+              ],
+              rows,
+            }),
+            h("span", { class: "muted small" }, "generated = trained + discarded + (in flight at the end \u2212 at the start), checked by the algorithm every step"),
+            { id: "tokens-table" },
+          )
+        : h("div"),
+    );
+  }
+
   function render() {
     if (!data) return;
     renderStats();
     renderControls();
     renderRewards();
     renderThroughput();
+    renderTokens();
     renderVersions();
   }
 
   async function refresh() {
     const mine = ++serial;
     try {
-      const [overview, rewards, throughput] = await Promise.all([api.overview(), api.rewards({ limit: 2000 }), api.throughput({ limit: 2000 })]);
+      const [overview, rewards, throughput, tokens] = await Promise.all([
+        api.overview(),
+        api.rewards({ limit: 2000 }),
+        api.throughput({ limit: 2000 }),
+        api.tokens().catch(() => ({ steps: [] })), // an older store server has no token report
+      ]);
       if (mine !== serial) return;
-      data = { overview, rewards, throughput };
+      data = { overview, rewards, throughput, tokens };
       render();
     } catch (error) {
       if (mine === serial && !data) renderIfChanged(statsHolder, { error: error.message }, () => errorBox(error));
