@@ -9,9 +9,8 @@ import random
 import re
 import shutil
 import time
-from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -20,6 +19,7 @@ from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
 from .batch import Sample, TokenBatch, collate, micro_batches, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
 from .loss import Objective, grpo_loss, nll_loss, token_logprobs
+from .metrics import UpdateProgress, UpdateTally
 from .prefix import forward_logits, pad_left
 
 if TYPE_CHECKING:
@@ -47,79 +47,12 @@ _STATE_FILE = "trainer_state.pt"
 
 
 @dataclass
-class UpdateProgress:
-    """What a learner is doing, for progress lines: a phase ("scoring", "learner update"), micro-batches done
-    of its total, and the tokens it went through (read from other threads: plain attributes only)."""
-
-    phase: str = ""
-    done: int = 0
-    total: int = 0
-    tokens: int = 0
-    started: float = 0.0
-
-    def begin(self, phase: str, total: int) -> None:
-        self.done, self.total, self.tokens, self.started = 0, total, 0, time.perf_counter()
-        self.phase = phase
-
-    def advance(self, tokens: int) -> None:
-        self.tokens += tokens
-        self.done += 1
-
-    def finish(self) -> None:
-        self.phase = ""
-
-    def describe(self) -> str:
-        """`learner update: 3/4 micro-batches, 412 tokens/s`, or "" when idle."""
-        if not self.phase:
-            return ""
-        elapsed = time.perf_counter() - self.started
-        rate = f", {self.tokens / elapsed:.0f} tokens/s" if self.done and elapsed > 0 else ""
-        return f"{self.phase}: {self.done}/{self.total} micro-batches{rate}"
-
-
-@dataclass
 class _StepScale:
     """What normalises a micro-batch's loss so the micro-batches of an optimizer step add up to its loss."""
 
     num_tokens: float
     num_sequences: float
     total_weight: float
-
-
-@dataclass
-class _UpdateTally:
-    """Sums over an update's micro-batches, turned into the update's metrics at the end."""
-
-    sums: Dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    grad_norms: List[float] = field(default_factory=lambda: [])
-    losses: List[float] = field(default_factory=lambda: [])
-    tokens_seen: int = 0
-    tokens_trained: int = 0
-    """Trained tokens of the rows some optimizer step used (`max_updates_per_batch` may leave rows out)."""
-    tokens_update_cap: int = 0
-    """Trained tokens of the rows no optimizer step used."""
-
-    def metrics(self, rows: Sequence[Sample], elapsed: float) -> Dict[str, float]:
-        tokens = max(self.sums["tokens"], 1.0)
-        advantages = [s.advantage for s in rows]
-        return {
-            "loss": sum(self.losses) / len(self.losses),
-            "pg_loss": self.sums["pg_loss"] / tokens,
-            "kl": self.sums["kl"] / tokens,
-            "entropy": self.sums["entropy"] / tokens,
-            "clip_fraction": self.sums["clip_fraction"] / tokens,
-            "ratio_mean": self.sums["ratio"] / tokens,
-            "grad_norm": sum(self.grad_norms) / len(self.grad_norms),
-            "optimizer_steps": float(len(self.losses)),
-            "samples": float(len(rows)),
-            "response_tokens": float(sum(s.trained_tokens for s in rows)),
-            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)),
-            "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
-            "train_tokens_per_s": self.tokens_seen / elapsed if elapsed > 0 else 0.0,
-            "train_time_s": elapsed,
-            "tokens_trained": float(self.tokens_trained),
-            "tokens_update_cap": float(self.tokens_update_cap),
-        }
 
 
 class GRPOLearner:
@@ -384,7 +317,7 @@ class GRPOLearner:
         parameters: List[torch.nn.Parameter],
         supervised: bool,
         off_policy: bool,
-    ) -> _UpdateTally:
+    ) -> UpdateTally:
         """`epochs_per_batch` passes over the rows in a seeded order, `gradient_accumulation_steps` micro-batches
         per optimizer step, at most `max_updates_per_batch` steps."""
         import torch
@@ -392,7 +325,7 @@ class GRPOLearner:
         cfg = self.config
         weights = rollout_row_weights(rows)
         order_generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.global_step)
-        tally = _UpdateTally()
+        tally = UpdateTally()
         plan: List[List[int]] = []  # the rows of each optimizer step
         for _epoch in range(cfg.epochs_per_batch):
             order = torch.randperm(len(rows), generator=order_generator).tolist()
@@ -430,7 +363,7 @@ class GRPOLearner:
         return tally
 
     def _backward(
-        self, batch: TokenBatch, scale: _StepScale, supervised: bool, off_policy: bool, tally: _UpdateTally
+        self, batch: TokenBatch, scale: _StepScale, supervised: bool, off_policy: bool, tally: UpdateTally
     ) -> float:
         """The loss of one micro-batch (its share of the optimizer step's), backpropagated; returns its value."""
         import torch

@@ -1,4 +1,5 @@
-"""Training metrics: one JSON line per step, and a PNG reward curve drawn from those lines."""
+"""Training metrics: one JSON line per step, a PNG reward curve drawn from those lines, and what a learner
+update reports while it runs (`UpdateProgress`) and when it ends (`UpdateTally`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,15 @@ import logging
 import math
 import os
 import time
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
-__all__ = ["MetricsWriter", "read_metrics", "plot_reward_curve", "format_metrics"]
+if TYPE_CHECKING:
+    from .batch import Sample
+
+__all__ = ["MetricsWriter", "read_metrics", "plot_reward_curve", "format_metrics", "UpdateProgress", "UpdateTally"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,3 +108,70 @@ def plot_reward_curve(metrics_path: PathLike, png_path: PathLike, *, title: str 
     figure.savefig(output, dpi=100)
     plt.close(figure)
     return output
+
+
+@dataclass
+class UpdateProgress:
+    """What a learner is doing, for progress lines: a phase ("scoring", "learner update"), micro-batches done
+    of its total, and the tokens it went through (read from other threads: plain attributes only)."""
+
+    phase: str = ""
+    done: int = 0
+    total: int = 0
+    tokens: int = 0
+    started: float = 0.0
+
+    def begin(self, phase: str, total: int) -> None:
+        self.done, self.total, self.tokens, self.started = 0, total, 0, time.perf_counter()
+        self.phase = phase
+
+    def advance(self, tokens: int) -> None:
+        self.tokens += tokens
+        self.done += 1
+
+    def finish(self) -> None:
+        self.phase = ""
+
+    def describe(self) -> str:
+        """`learner update: 3/4 micro-batches, 412 tokens/s`, or "" when idle."""
+        if not self.phase:
+            return ""
+        elapsed = time.perf_counter() - self.started
+        rate = f", {self.tokens / elapsed:.0f} tokens/s" if self.done and elapsed > 0 else ""
+        return f"{self.phase}: {self.done}/{self.total} micro-batches{rate}"
+
+
+@dataclass
+class UpdateTally:
+    """Sums over an update's micro-batches, turned into the update's metrics at the end."""
+
+    sums: Dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    grad_norms: List[float] = field(default_factory=lambda: [])
+    losses: List[float] = field(default_factory=lambda: [])
+    tokens_seen: int = 0
+    tokens_trained: int = 0
+    """Trained tokens of the rows some optimizer step used (`max_updates_per_batch` may leave rows out)."""
+    tokens_update_cap: int = 0
+    """Trained tokens of the rows no optimizer step used."""
+
+    def metrics(self, rows: Sequence[Sample], elapsed: float) -> Dict[str, float]:
+        tokens = max(self.sums["tokens"], 1.0)
+        advantages = [s.advantage for s in rows]
+        return {
+            "loss": sum(self.losses) / len(self.losses),
+            "pg_loss": self.sums["pg_loss"] / tokens,
+            "kl": self.sums["kl"] / tokens,
+            "entropy": self.sums["entropy"] / tokens,
+            "clip_fraction": self.sums["clip_fraction"] / tokens,
+            "ratio_mean": self.sums["ratio"] / tokens,
+            "grad_norm": sum(self.grad_norms) / len(self.grad_norms),
+            "optimizer_steps": float(len(self.losses)),
+            "samples": float(len(rows)),
+            "response_tokens": float(sum(s.trained_tokens for s in rows)),
+            "row_tokens": float(sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)),
+            "advantage_abs_mean": sum(abs(a) for a in advantages) / len(advantages),
+            "train_tokens_per_s": self.tokens_seen / elapsed if elapsed > 0 else 0.0,
+            "train_time_s": elapsed,
+            "tokens_trained": float(self.tokens_trained),
+            "tokens_update_cap": float(self.tokens_update_cap),
+        }
