@@ -15,6 +15,7 @@ Run (from the repository root):
     make demo                                                   # = the line below, in the venv
     python examples/grpo_calculator/train_calculator.py         # defaults: runs/demo, RFT warm start, 5 steps
     python examples/grpo_calculator/train_calculator.py --quick # 2 short steps, a smoke test
+    python examples/grpo_calculator/train_calculator.py --fresh # start over instead of resuming runs/demo
 
 What to expect: 16 of the 32 held-out tasks (`--val-limit`) are evaluated before training, after the
 warm start and after training, each twice: decoding greedily and sampling at the training temperature.
@@ -30,6 +31,12 @@ A line per step shows the train reward. Outputs go to `--output-dir` (default `r
     summary.json       validation before/after (shaped reward and exact accuracy), timings, settings
     store.db           the SQLite store: every rollout, attempt and span; browse it with
                        agl store --backend sqlite --path runs/demo/store.db   (then open the dashboard)
+    checkpoints/       the warm start's weights, GRPO's last checkpoint and state.json (`demo_resume.py`)
+
+Stopped (Ctrl-C, a kill), the same command again resumes: the warm start is not redone once it finished,
+GRPO goes on from its last checkpoint ("GRPO resumed from step N"). A finished run run again says so and
+prints its summary line; a larger `--steps` continues it; `--fresh` starts over. The first line printed
+says which of these happens.
 """
 
 from __future__ import annotations
