@@ -15,6 +15,7 @@ run again says so and prints its summary line; a larger `--steps` continues it; 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import shutil
 import time
@@ -126,6 +127,10 @@ def plan_run(args: argparse.Namespace) -> ResumePlan:
     fresh = DemoState(settings=settings)
     where = f"{output_dir}/"
     path = output_dir / CHECKPOINTS / STATE_FILE
+    if not args.checkpoints:
+        return ResumePlan(
+            "fresh", f"Starting a new run in {where} (--no-checkpoints: running it again starts over)", fresh
+        )
     if args.fresh:
         return ResumePlan("fresh", f"--fresh: starting over in {where} (an earlier run there is removed)", fresh)
     if not path.exists():
@@ -229,6 +234,24 @@ class DemoCheckpoints:
         self.state.finished = {"steps": steps, "requested": requested}
         self.write()
 
+    def restore(self, plan: ResumePlan, grpo: Any, clock: Any, store_path: Path) -> None:
+        """Restore what GRPO's checkpoint does not hold: the metrics, held-out results and clock (`DemoClock`)
+        until its step, and note the rollouts the interruption stopped (GRPO cancels those left queued or
+        running)."""
+        step = plan.grpo_step
+        grpo.history = trim_metrics(grpo.metrics_path, step)
+        grpo.val_results = {s: result for s, result in plan.state.val_results.items() if step and s <= step}
+        grpo.steps_before = step
+        restored = self.restored_clock(step)
+        clock.start = time.perf_counter() - restored["elapsed_s"]  # the time until the checkpoint counts on
+        clock.eval_s, clock.training_began = restored["eval_s"], True
+        self.state.val_results = dict(grpo.val_results)
+        self.state.finished = None
+        self.state.resumed_from.append(step)
+        stopped = asyncio.run(interrupted_rollouts(store_path, self.grpo_dir, step))
+        self.state.interrupted_rollouts = sorted({*self.state.interrupted_rollouts, *stopped})
+        self.write()
+
     def restored_clock(self, step: int) -> Dict[str, float]:
         """The clock at `step` (0: at the end of the warm start; no warm start: zero)."""
         if step and step in self.state.clock:
@@ -249,6 +272,26 @@ class WarmStartRecord:
         warm = state.warm_start or {}
         results = {int(step): dict(result) for step, result in (warm.get("val_results") or {}).items()}
         return cls(history=list(warm.get("history") or []), val_results=results)
+
+
+async def interrupted_rollouts(store_path: Path, grpo_dir: Path, step: int) -> List[str]:
+    """GRPO's rollouts of the work after its checkpoint at `step` that did not succeed: the interruption
+    stopped them (runners stopped mid-rollout fail theirs; GRPO cancels those left queued or running)."""
+    from agentlightning.algorithm.grpo import GRPO
+    from agentlightning.store.sqlite import SqliteLightningStore
+
+    store = SqliteLightningStore(store_path)
+    try:
+        own = str(grpo_dir.resolve())
+        return [
+            rollout.rollout_id
+            for rollout in await store.query_rollouts()
+            if (rollout.metadata or {}).get(GRPO.META_CHECKPOINT) == own
+            and int((rollout.metadata or {}).get(GRPO.META_STEP, -1)) >= step
+            and rollout.status != "succeeded"
+        ]
+    finally:
+        await store.close()
 
 
 def trim_metrics(path: Path, step: int) -> List[Dict[str, Any]]:

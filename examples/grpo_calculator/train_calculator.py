@@ -42,13 +42,11 @@ says which of these happens.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import shutil
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -63,7 +61,6 @@ from demo_resume import (  # noqa: E402
     WarmStartRecord,
     plan_run,
     resume_hint,
-    trim_metrics,
 )
 from demo_summary import build_summary, print_summary  # noqa: E402
 
@@ -191,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rft-epochs", type=int, default=2, help="warm start: fine-tuning passes per round")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 steps, 2x2 rollouts, 4 val tasks")
+    parser.add_argument(
+        "--checkpoints",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint under <output>/checkpoints/ (the warm start's weights, 517 MB; GRPO's last step, 1.6 GB) so "
+        "that running it again resumes; --no-checkpoints writes none, and a rerun starts over",
+    )
     parser.add_argument(
         "--fresh",
         action="store_true",
@@ -397,9 +401,9 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         return _finished_summary(output_dir)
     if plan.action == "fresh":
         prepare_output_dir(output_dir)
-    checkpoints = DemoCheckpoints(output_dir, plan.state)
+    checkpoints = DemoCheckpoints(output_dir, plan.state) if args.checkpoints else None
     model_name = args.model if model is None else type(model).__name__
-    if plan.warm_start_done:  # GRPO starts from the weights the warm start trained, not from --model
+    if plan.warm_start_done and checkpoints is not None:  # GRPO starts from the warm start's weights, not --model
         from agentlightning.serving.models import load_causal_lm
 
         model, tokenizer = load_causal_lm(str(checkpoints.warm_start_dir), device=args.device)
@@ -409,14 +413,11 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         metrics_path,
         model=model,
         tokenizer=tokenizer,
-        checkpoint_dir=checkpoints.grpo_dir,
+        checkpoint_dir=None if checkpoints is None else checkpoints.grpo_dir,
         warm_start_done=plan.warm_start_done,
     )
-    if plan.action == "resume":
-        _resume(plan, grpo, clock, checkpoints, store_path)
-    grpo.on_record = lambda step: checkpoints.record_step(step, grpo.val_results, clock)
-    if rft is not None:
-        grpo.on_warm_start = lambda policy: checkpoints.save_warm_start(policy, rft, clock)
+    if checkpoints is not None:
+        _keep_checkpoints(plan, grpo, rft, clock, checkpoints, store_path)
     warm = (
         ""
         if args.warm_start != "rft"
@@ -429,8 +430,8 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         flush=True,
     )
     _train(args, grpo, rft, store_path, clock, plan.grpo_step if plan.action == "resume" else None)
-    steps = sum(1 for record in grpo.history if "reward_mean" in record)
-    checkpoints.finish(steps, args.steps)
+    if checkpoints is not None:
+        checkpoints.finish(sum(1 for record in grpo.history if "reward_mean" in record), args.steps)
     if args.save_model and grpo.learner is not None:
         grpo.learner.export_model(output_dir / "model")
     warm_start = WarmStartRecord.of(plan.state) if plan.warm_start_done else rft
@@ -499,42 +500,15 @@ def _train(
         trainer.fit(calculator_agent, train_dataset=load_tasks("train"), val_dataset=val_tasks)  # type: ignore[arg-type]
 
 
-def _resume(plan: ResumePlan, grpo: Any, clock: DemoClock, checkpoints: DemoCheckpoints, store_path: Path) -> None:
-    """Restore what GRPO's checkpoint does not hold: the metrics, held-out results and clock until its step,
-    and note the rollouts the interruption stopped (GRPO cancels those left queued or running)."""
-    step = plan.grpo_step
-    grpo.history = trim_metrics(grpo.metrics_path, step)
-    grpo.val_results = {s: result for s, result in plan.state.val_results.items() if step and s <= step}
-    grpo.steps_before = step
-    restored = checkpoints.restored_clock(step)
-    clock.start = time.perf_counter() - restored["elapsed_s"]  # the time until the checkpoint counts on
-    clock.eval_s, clock.training_began = restored["eval_s"], True
-    plan.state.val_results = dict(grpo.val_results)
-    plan.state.finished = None
-    plan.state.resumed_from.append(step)
-    stopped = asyncio.run(_interrupted_rollouts(store_path, checkpoints.grpo_dir, step))
-    plan.state.interrupted_rollouts = sorted({*plan.state.interrupted_rollouts, *stopped})
-    checkpoints.write()
-
-
-async def _interrupted_rollouts(store_path: Path, grpo_dir: Path, step: int) -> List[str]:
-    """GRPO's rollouts of the work after its checkpoint at `step` that did not succeed: the interruption
-    stopped them (runners killed mid-rollout fail theirs; GRPO cancels those left queued or running)."""
-    from agentlightning.algorithm.grpo import GRPO
-    from agentlightning.store.sqlite import SqliteLightningStore
-
-    store = SqliteLightningStore(store_path)
-    try:
-        own = str(grpo_dir.resolve())
-        return [
-            rollout.rollout_id
-            for rollout in await store.query_rollouts()
-            if (rollout.metadata or {}).get(GRPO.META_CHECKPOINT) == own
-            and int((rollout.metadata or {}).get(GRPO.META_STEP, -1)) >= step
-            and rollout.status != "succeeded"
-        ]
-    finally:
-        await store.close()
+def _keep_checkpoints(
+    plan: ResumePlan, grpo: Any, rft: Any, clock: DemoClock, checkpoints: DemoCheckpoints, store_path: Path
+) -> None:
+    """Restore an interrupted run's state when resuming it, and keep this run's as it goes."""
+    if plan.action == "resume":
+        checkpoints.restore(plan, grpo, clock, store_path)
+    grpo.on_record = lambda step: checkpoints.record_step(step, grpo.val_results, clock)
+    if rft is not None:
+        grpo.on_warm_start = lambda policy: checkpoints.save_warm_start(policy, rft, clock)
 
 
 def _finished_summary(output_dir: Path) -> Dict[str, Any]:
@@ -586,7 +560,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except DemoSettingsError as error:
         parser.exit(2, f"error: {error}\n")
     except KeyboardInterrupt:
-        parser.exit(130, f"Interrupted. {resume_hint(args.output_dir)}\n")
+        hint = resume_hint(args.output_dir) if args.checkpoints else "--no-checkpoints: running it again starts over."
+        parser.exit(130, f"Interrupted. {hint}\n")
 
 
 if __name__ == "__main__":
