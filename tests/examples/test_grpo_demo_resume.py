@@ -165,6 +165,8 @@ def test_the_demo_plans_from_its_state_fresh_resume_continue_or_done(tmp_path: P
     more = demo_resume.plan_run(_args(tmp_path, "--steps", "5"))
     assert more.action == "resume" and more.message.startswith(f"Continuing the finished run in {tmp_path}/")
     assert demo_resume.plan_run(_args(tmp_path, "--steps", "3", "--fresh")).action == "fresh"
+    unkept = demo_resume.plan_run(_args(tmp_path, "--steps", "3", "--no-checkpoints"))
+    assert unkept.action == "fresh" and "--no-checkpoints: running it again starts over" in unkept.message
 
 
 def test_the_demo_refuses_to_resume_a_run_with_other_settings(tmp_path: Path) -> None:
