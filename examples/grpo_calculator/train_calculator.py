@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoints",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="checkpoint under <output>/checkpoints/ (the warm start's weights, 517 MB; GRPO's last step, 1.6 GB) so "
+        help="checkpoint under <output>/checkpoints/ (the warm start's weights, 542 MB; GRPO's last step, 1.6 GB) so "
         "that running it again resumes; --no-checkpoints writes none, and a rerun starts over",
     )
     parser.add_argument(
