@@ -77,8 +77,10 @@ bench: venv
 	$(PY) benchmarks/store_bench.py --quick
 
 # The main job: GRPO-train SmolLM2-135M-Instruct to use a calculator tool (CPU; timings in docs/demo.md); outputs in runs/demo/.
+# Run again after an interruption it resumes from runs/demo/checkpoints/; `make demo DEMO_ARGS=--fresh` starts over.
+DEMO_ARGS ?=
 demo: venv
-	$(PY) examples/grpo_calculator/train_calculator.py
+	$(PY) examples/grpo_calculator/train_calculator.py $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DOCS_VENV) build site *.egg-info

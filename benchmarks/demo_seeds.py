@@ -35,7 +35,7 @@ def run_one(args: argparse.Namespace, arm: str, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(DEMO), "--seed", str(seed), "--warm-start", arm, "--output-dir", str(out)]
     command += ["--time-budget", str(args.time_budget), "--steps", str(args.max_steps)]
-    command += ["--eval-every", "1", "--sampled-evals", "ends", *args.demo_args]
+    command += ["--eval-every", "1", "--sampled-evals", "ends", "--no-checkpoints", *args.demo_args]
     began = time.perf_counter()
     with (out / "log.txt").open("w", encoding="utf-8") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, check=False).returncode

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import resource
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from agentlightning.emitter import find_final_reward
 
@@ -39,6 +40,15 @@ class DemoClock:
         return self.elapsed_s() - self.eval_s
 
 
+def memory_gb() -> Dict[str, float]:
+    """This process's resident memory now and its peak so far, in GB (the learner and the policy server live
+    here; the runner processes are small and apart)."""
+    import psutil
+
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"rss_gb": psutil.Process().memory_info().rss / 1e9, "rss_peak_gb": peak_kb * 1024 / 1e9}
+
+
 def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
     """`(DemoGRPO, DemoRFT)`."""
     from agentlightning.algorithm.grpo import GRPO
@@ -50,6 +60,7 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         NAME: str
         META_STEP: str
         META_SAMPLE: str
+        META_GROUP: str
         VAL_RESOURCES_ID: str
         config: Any
         learner: Any
@@ -91,15 +102,28 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
         async def rewards_of(self, mode: str, step: int, sample: Optional[int] = None) -> List[float]:
             """Final rewards of this algorithm's succeeded rollouts of `mode` enqueued at `step`."""
             store = self.get_store()
-            rewards: List[float] = []
+            rewards: Dict[Tuple[Any, Any], float] = {}
             for rollout in await store.query_rollouts(status_in=["succeeded"]):
                 meta = rollout.metadata or {}
                 if rollout.mode != mode or meta.get(self.META_STEP) != step:
                     continue
                 if sample is not None and meta.get(self.META_SAMPLE) != sample:
                     continue
-                reward = find_final_reward(await store.query_spans(rollout.rollout_id, "latest"))
-                rewards.append(0.0 if reward is None else reward)
+                key = (meta.get(self.META_GROUP), meta.get(self.META_SAMPLE))  # a resumed run may re-enqueue one
+                if key not in rewards:
+                    reward = find_final_reward(await store.query_spans(rollout.rollout_id, "latest"))
+                    rewards[key] = 0.0 if reward is None else reward
+            return list(rewards.values())
+
+        async def rewards_by_sample(self, enqueued: Dict[Any, str], finished: Dict[str, Any]) -> Dict[int, List[float]]:
+            """Final rewards of the succeeded rollouts among `enqueued` (`{(task, sample): rollout_id}`), by sample."""
+            rewards: Dict[int, List[float]] = {}
+            for (_task, sample), rollout_id in enqueued.items():
+                rollout = finished.get(rollout_id)
+                if rollout is None or rollout.status != "succeeded":
+                    continue
+                reward = find_final_reward(await self.get_store().query_spans(rollout_id, "latest"))
+                rewards.setdefault(sample, []).append(0.0 if reward is None else reward)
             return rewards
 
         async def _watch(self, mode: str, step: int, total: int, label: str) -> None:
@@ -108,10 +132,12 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             began = time.perf_counter()
             last_line = 0.0
             while True:
-                done = 0
+                finished = set()
                 for rollout in await store.query_rollouts(status_in=["succeeded", "failed", "cancelled"]):
                     meta = rollout.metadata or {}
-                    done += rollout.mode == mode and meta.get(self.META_STEP) == step
+                    if rollout.mode == mode and meta.get(self.META_STEP) == step:
+                        finished.add((meta.get(self.META_GROUP), meta.get(self.META_SAMPLE)))
+                done = len(finished)
                 phase = self.describe_phase()
                 doing = f", {phase}" if phase and phase != "rollouts" else ""
                 self._describe(f"{label}: {done}/{total} rollouts{doing}")
@@ -150,19 +176,21 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
             self.phase = "evaluation"
             watcher = asyncio.ensure_future(self._watch("val", step, len(passes) * tasks, label))
             began, train_s = time.perf_counter(), self.clock.train_s()
+            enqueued: Dict[Any, str] = {}
+            finished: Dict[str, Any] = {}
             try:
-                enqueued: Dict[Any, str] = {}
                 for name, sample in passes:
                     requests = {(i, sample): val_dataset[i] for i in range(tasks)}
                     resources_id = self.VAL_RESOURCES_ID if name == "greedy" else self.sampled_val_resources_id
                     enqueued.update(await self._enqueue(requests, step, mode="val", resources_id=resources_id))
-                await self._wait(list(enqueued.values()))
+                finished = await self._wait(list(enqueued.values()))
             finally:
                 watcher.cancel()
                 self.clock.eval_s += time.perf_counter() - began
             result: Dict[str, float] = {"tasks": float(tasks), "time_s": time.perf_counter() - began}
+            by_sample = await self.rewards_by_sample(enqueued, finished)
             for name, sample in passes:
-                rewards = await self.rewards_of("val", step, sample)  # failed/unfinished rollouts count as 0
+                rewards = by_sample.get(sample, [])  # failed/unfinished rollouts count as 0
                 result[f"{name}_reward"] = math.fsum(rewards) / max(1, tasks)  # exact: the same in any order
                 result[f"{name}_exact"] = sum(r >= 1.0 for r in rewards) / max(1, tasks)
                 result[f"{name}_finished"] = float(len(rewards))
@@ -201,12 +229,30 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
                 watcher.cancel()
             rewards = await self.rewards_of("train", step)
             metrics["exact_rate"] = sum(r >= 1.0 for r in rewards) / max(1, len(rewards))
+            metrics.update(memory_gb())
             return metrics
 
     class DemoGRPO(DemoProgress, GRPO):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._init_progress()
+            self.on_warm_start: Optional[Callable[[Any], None]] = None
+            """Called with the warm start's weights (a `TrainedPolicy`) before GRPO builds on them."""
+            self.on_record: Optional[Callable[[int], None]] = None
+            """Called after each step is recorded (its checkpoint follows)."""
+            self.steps_before = 0
+            """GRPO steps an interrupted run did before this one resumed (for the time left)."""
+
+        def build(self) -> Any:
+            if self._continued_from is not None and self.on_warm_start is not None:
+                self.phase = "saving the warm start"
+                self.on_warm_start(self._continued_from)
+            return super().build()
+
+        def _record(self, step: int, metrics: Dict[str, Any], writer: Any) -> None:
+            super()._record(step, metrics, writer)
+            if self.on_record is not None:
+                self.on_record(step)
 
         def _label(self, step: int) -> str:
             if step == 0 and getattr(self, "after_warm_start", False):
@@ -233,9 +279,10 @@ def make_algorithm_classes() -> Tuple[type[GRPO], type[RFT]]:
                     if metrics.get("update_skipped")
                     else f"(train {metrics['train_time_s']:.0f} s)"
                 )
+                + f", RSS {metrics['rss_gb']:.1f} GB"
             )
             assert self.train_started is not None
-            per_step = (time.perf_counter() - self.train_started) / (step + 1)
+            per_step = (time.perf_counter() - self.train_started) / max(1, step + 1 - self.steps_before)
             left_s = per_step * (cfg.total_steps - step - 1)
             if cfg.time_budget_s is not None:
                 left_s = min(left_s, max(0.0, cfg.time_budget_s - self.elapsed_s()))

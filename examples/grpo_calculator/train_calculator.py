@@ -15,6 +15,7 @@ Run (from the repository root):
     make demo                                                   # = the line below, in the venv
     python examples/grpo_calculator/train_calculator.py         # defaults: runs/demo, RFT warm start, 5 steps
     python examples/grpo_calculator/train_calculator.py --quick # 2 short steps, a smoke test
+    python examples/grpo_calculator/train_calculator.py --fresh # start over instead of resuming runs/demo
 
 What to expect: 16 of the 32 held-out tasks (`--val-limit`) are evaluated before training, after the
 warm start and after training, each twice: decoding greedily and sampling at the training temperature.
@@ -30,20 +31,22 @@ A line per step shows the train reward. Outputs go to `--output-dir` (default `r
     summary.json       validation before/after (shaped reward and exact accuracy), timings, settings
     store.db           the SQLite store: every rollout, attempt and span; browse it with
                        agl store --backend sqlite --path runs/demo/store.db   (then open the dashboard)
+    checkpoints/       the warm start's weights, GRPO's last checkpoint and state.json (`demo_resume.py`)
+
+Stopped (Ctrl-C, a kill), the same command again resumes: the warm start is not redone once it finished,
+GRPO goes on from its last checkpoint ("GRPO resumed from step N"). A finished run run again says so and
+prints its summary line; a larger `--steps` continues it; `--fresh` starts over. The first line printed
+says which of these happens.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
-import os
 import shutil
 import socket
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -51,6 +54,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calculator_agent import calculator_agent, load_tasks  # noqa: E402
 from demo_algorithms import DemoClock, make_algorithm_classes  # noqa: E402
+from demo_resume import (  # noqa: E402
+    DemoCheckpoints,
+    DemoSettingsError,
+    ResumePlan,
+    WarmStartRecord,
+    plan_run,
+    resume_hint,
+)
+from demo_summary import build_summary, print_summary  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
 
@@ -70,7 +82,9 @@ _OUTPUTS = (
     "reward_curve.png",
     "rft_reward_curve.png",
     "summary.json",
+    "run.json",
     "model",
+    "checkpoints",
 )
 
 
@@ -174,6 +188,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rft-epochs", type=int, default=2, help="warm start: fine-tuning passes per round")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 steps, 2x2 rollouts, 4 val tasks")
+    parser.add_argument(
+        "--checkpoints",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="checkpoint under <output>/checkpoints/ (the warm start's weights, 542 MB; GRPO's last step, 1.6 GB) so "
+        "that running it again resumes; --no-checkpoints writes none, and a rerun starts over",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: remove the earlier run in --output-dir (its checkpoints too) instead of resuming it",
+    )
     return parser
 
 
@@ -194,7 +220,9 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
+def grpo_config(args: argparse.Namespace, metrics_path: Path, checkpoint_dir: Optional[Path] = None) -> GRPOConfig:
+    """GRPO's settings; with `checkpoint_dir` a checkpoint after every step (the last one kept: full weights and
+    AdamW state, about 1.6 GB for SmolLM2-135M)."""
     from agentlightning.algorithm.grpo import GRPOConfig
 
     # Rows per step: about one per rollout when calls merge into trajectories, about two per rollout otherwise.
@@ -225,6 +253,8 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path) -> GRPOConfig:
         val_interval=args.eval_every,
         max_staleness=1,
         metrics_path=str(metrics_path),
+        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+        keep_checkpoints=1,
         device=args.device,
         serve_dtype=serve_dtype(args, hint=True),
     )
@@ -346,7 +376,7 @@ def plot_demo_curve(
 
 
 def prepare_output_dir(output_dir: Path) -> None:
-    """Remove the outputs of an earlier run (a stale store or metrics file would mix two runs)."""
+    """Remove the outputs and checkpoints of an earlier run (a stale store or metrics file would mix two runs)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     for name in _OUTPUTS:
         path = output_dir / name
@@ -357,24 +387,86 @@ def prepare_output_dir(output_dir: Path) -> None:
 
 
 def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = None) -> Dict[str, Any]:
-    """Train, evaluate before/after and write the outputs; returns the summary (also in summary.json).
+    """Train (or resume), evaluate before/after and write the outputs; returns the summary (also in summary.json).
 
-    `model`/`tokenizer` replace `--model` with a loaded model (the tests pass a tiny one).
+    `model`/`tokenizer` replace `--model` with a loaded model (the tests pass a tiny one). Where the output
+    folder holds an earlier run, `demo_resume.plan_run` decides: resume it, start over, or report it done.
     """
+    clock = DemoClock()
+    args = apply_quick(args)
+    output_dir: Path = args.output_dir
+    plan = plan_run(args)
+    print(plan.message, flush=True)
+    if plan.action == "done":
+        return _finished_summary(output_dir)
+    if plan.action == "fresh":
+        prepare_output_dir(output_dir)
+    checkpoints = DemoCheckpoints(output_dir, plan.state) if args.checkpoints else None
+    model_name = args.model if model is None else type(model).__name__
+    if plan.warm_start_done and checkpoints is not None:  # GRPO starts from the warm start's weights, not --model
+        from agentlightning.serving.models import load_causal_lm
+
+        model, tokenizer = load_causal_lm(str(checkpoints.warm_start_dir), device=args.device)
+    metrics_path, store_path = output_dir / "metrics.jsonl", output_dir / "store.db"
+    grpo, rft = build_algorithms(
+        args,
+        metrics_path,
+        model=model,
+        tokenizer=tokenizer,
+        checkpoint_dir=None if checkpoints is None else checkpoints.grpo_dir,
+        warm_start_done=plan.warm_start_done,
+    )
+    if checkpoints is not None:
+        _keep_checkpoints(plan, grpo, rft, clock, checkpoints, store_path)
+    warm = (
+        ""
+        if args.warm_start != "rft"
+        else f"RFT warm start ({args.rft_rounds} x {args.rft_tasks} tasks x {args.rft_group_size}), then "
+    )
+    held_out = len(load_tasks("val")[: args.val_limit])
+    print(
+        f"GRPO demo: model={model_name}, {warm}{args.steps} steps x {args.batch_size} tasks x {args.group_size} "
+        f"rollouts, {args.n_runners} runner processes, {held_out} held-out tasks, output in {output_dir}/",
+        flush=True,
+    )
+    _train(args, grpo, rft, store_path, clock, plan.grpo_step if plan.action == "resume" else None)
+    if checkpoints is not None:
+        checkpoints.finish(sum(1 for record in grpo.history if "reward_mean" in record), args.steps)
+    if args.save_model and grpo.learner is not None:
+        grpo.learner.export_model(output_dir / "model")
+    warm_start = WarmStartRecord.of(plan.state) if plan.warm_start_done else rft
+    summary = build_summary(
+        args,
+        grpo,
+        warm_start,
+        clock.elapsed_s(),
+        store_path,
+        metrics_path,
+        plan.state.resumed_from,
+        len(plan.state.interrupted_rollouts),
+    )
+    stages_title = "GRPO" if warm_start is None else "RFT warm start (step 0), then GRPO"
+    untrained = None if warm_start is None else warm_start.val_results.get(0)
+    plot_demo_curve(
+        metrics_path,
+        output_dir / "reward_curve.png",
+        f"{stages_title} on the calculator task (SmolLM2, CPU)",
+        untrained,
+    )
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print_summary(summary, output_dir)
+    print(summary["line"], flush=True)
+    return summary
+
+
+def _train(
+    args: argparse.Namespace, grpo: Any, rft: Any, store_path: Path, clock: DemoClock, resumed_step: Optional[int]
+) -> None:
+    """`Trainer.fit` with the progress bar (or lines): the warm start (unless done before), then GRPO."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from agentlightning.store.sqlite import SqliteLightningStore
 
-    clock = DemoClock()
-    began = clock.start
-    args = apply_quick(args)
-    output_dir: Path = args.output_dir
-    prepare_output_dir(output_dir)
-    train_tasks = load_tasks("train")
-    val_tasks = load_tasks("val")[: args.val_limit]
-    metrics_path = output_dir / "metrics.jsonl"
-    grpo, rft = build_algorithms(args, metrics_path, model=model, tokenizer=tokenizer)
-    store_path = output_dir / "store.db"
     store: LightningStore = SqliteLightningStore(store_path, scan_debounce_seconds=5.0)
     trainer = agl.Trainer(
         algorithm=grpo if rft is None else [rft, grpo],  # with a warm start GRPO continues from RFT's weights
@@ -382,17 +474,6 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         n_runners=args.n_runners,
         port=args.port or _free_port(),
         runner={"poll_interval": 0.1},
-    )
-    warm = (
-        ""
-        if rft is None
-        else f"RFT warm start ({args.rft_rounds} x {args.rft_tasks} tasks x {args.rft_group_size}), then "
-    )
-    print(
-        f"GRPO demo: model={args.model if model is None else type(model).__name__}, {warm}{args.steps} steps x "
-        f"{args.batch_size} tasks x {args.group_size} rollouts, {args.n_runners} runner processes, "
-        f"{len(val_tasks)} held-out tasks, output in {output_dir}/",
-        flush=True,
     )
     progress = Progress(
         SpinnerColumn(),
@@ -404,27 +485,39 @@ def run_demo(args: argparse.Namespace, *, model: Any = None, tokenizer: Any = No
         TextColumn("{task.fields[eta]}"),
     )
     stages = [grpo] if rft is None else [rft, grpo]
+    val_tasks = load_tasks("val")[: args.val_limit]
     with progress:
         # Steps plus the validation passes: before and after training (and after the warm start).
         evals = sum(1 for step in range(1, args.steps + 1) if step == args.steps or _evaluated_after(args, step))
-        total = args.steps + 1 + evals + (0 if rft is None else args.rft_rounds + 1)
-        bar = progress.add_task("loading the model", total=total, eta="?")
+        warm = args.rft_rounds + 1 if args.warm_start == "rft" else 0
+        done = 0
+        if resumed_step is not None:  # the warm start, and the steps and evaluations until the checkpoint
+            done = warm + (1 + resumed_step + sum(_evaluated_after(args, s) for s in range(1, resumed_step + 1)))
+            done = done if resumed_step else warm  # no checkpoint: GRPO evaluates the warm start again
+        bar = progress.add_task("loading the model", total=args.steps + 1 + evals + warm, completed=done, eta="?")
         for stage in stages:
             stage.progress, stage.bar, stage.clock, stage.sampled_evals = progress, bar, clock, args.sampled_evals
-        trainer.fit(calculator_agent, train_dataset=train_tasks, val_dataset=val_tasks)  # type: ignore[arg-type]
-    if args.save_model and grpo.learner is not None:
-        grpo.learner.export_model(output_dir / "model")
-    summary = _summary(args, grpo, rft, time.perf_counter() - began, store_path, metrics_path)
-    stages_title = "GRPO" if rft is None else "RFT warm start (step 0), then GRPO"
-    untrained = None if rft is None else rft.val_results.get(0)
-    plot_demo_curve(
-        metrics_path,
-        output_dir / "reward_curve.png",
-        f"{stages_title} on the calculator task (SmolLM2, CPU)",
-        untrained,
-    )
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    _print_summary(summary, output_dir)
+        trainer.fit(calculator_agent, train_dataset=load_tasks("train"), val_dataset=val_tasks)  # type: ignore[arg-type]
+
+
+def _keep_checkpoints(
+    plan: ResumePlan, grpo: Any, rft: Any, clock: DemoClock, checkpoints: DemoCheckpoints, store_path: Path
+) -> None:
+    """Restore an interrupted run's state when resuming it, and keep this run's as it goes."""
+    if plan.action == "resume":
+        checkpoints.restore(plan, grpo, clock, store_path)
+    grpo.on_record = lambda step: checkpoints.record_step(step, grpo.val_results, clock)
+    if rft is not None:
+        grpo.on_warm_start = lambda policy: checkpoints.save_warm_start(policy, rft, clock)
+
+
+def _finished_summary(output_dir: Path) -> Dict[str, Any]:
+    """A finished run's summary (summary.json), its line printed again."""
+    path = output_dir / "summary.json"
+    if not path.exists():
+        print(f"(no {path}: it was removed; --fresh runs the demo again)", flush=True)
+        return {}
+    summary: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     print(summary["line"], flush=True)
     return summary
 
@@ -434,178 +527,41 @@ def _evaluated_after(args: argparse.Namespace, step: int) -> bool:
 
 
 def build_algorithms(
-    args: argparse.Namespace, metrics_path: Path, *, model: Any = None, tokenizer: Any = None
+    args: argparse.Namespace,
+    metrics_path: Path,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    checkpoint_dir: Optional[Path] = None,
+    warm_start_done: bool = False,
 ) -> Tuple[Any, Any]:
-    """`(DemoGRPO, DemoRFT or None)`: the RFT warm start only with `--warm-start rft`."""
+    """`(DemoGRPO, DemoRFT or None)`: the RFT warm start only with `--warm-start rft`, and not when it was
+    done before (`warm_start_done`: `model` holds its weights). GRPO checkpoints to `checkpoint_dir`."""
     grpo_class, rft_class = make_algorithm_classes()
     source: Dict[str, Any] = {"model": args.model} if model is None else {"model": model, "tokenizer": tokenizer}
-    grpo: Any = grpo_class(grpo_config(args, metrics_path), **source)
+    grpo: Any = grpo_class(grpo_config(args, metrics_path, checkpoint_dir), **source)
     if args.warm_start != "rft":
         return grpo, None
-    rft: Any = rft_class(rft_config(args, metrics_path.with_name("rft_metrics.jsonl")), **source)
     grpo.after_warm_start = True
+    if warm_start_done:
+        return grpo, None
+    rft: Any = rft_class(rft_config(args, metrics_path.with_name("rft_metrics.jsonl")), **source)
     return grpo, rft
-
-
-def _warm_start_summary(rft: Any) -> Dict[str, Any]:
-    rounds = [r for r in rft.history if "selected_rollouts" in r]
-    return {
-        "method": "rft",
-        "rounds": len(rounds),
-        "rollouts": int(sum(r["rollouts"] for r in rounds)),
-        "selected_rollouts": int(sum(r["selected_rollouts"] for r in rounds)),
-        "train_exact_per_round": [round(r.get("exact_rate", 0.0), 4) for r in rounds],
-        "seconds": round(sum(r["step_time_s"] for r in rounds), 1),
-    }
-
-
-def _summary(
-    args: argparse.Namespace, algorithm: Any, rft: Any, wall_s: float, store_path: Path, metrics_path: Path
-) -> Dict[str, Any]:
-    val: Dict[int, Dict[str, float]] = algorithm.val_results
-    before = val.get(0, {}) if rft is None else rft.val_results.get(0, {})  # the untrained model either way
-    after = val[max(val)] if val else {}  # after the last step (`--time-budget` may end the run before --steps)
-    history: Sequence[Dict[str, Any]] = algorithm.history
-    train = [r for r in history if "reward_mean" in r]
-    updated = [r for r in train if not r.get("update_skipped")]
-    held_out = {
-        key: {"before": round(before.get(key, 0.0), 4), "after": round(after.get(key, 0.0), 4)}
-        for key in ("greedy_exact", "sampled_exact", "greedy_reward", "sampled_reward")
-    }
-    evaluations: List[Dict[str, float]] = [*(rft.val_results.values() if rft is not None else []), *val.values()]
-    statuses = asyncio.run(_rollout_statuses(store_path))
-    failed = statuses.get("failed", 0) + statuses.get("cancelled", 0)
-    line = (
-        f"demo: held-out greedy {held_out['greedy_exact']['before']:.2f} -> {held_out['greedy_exact']['after']:.2f}, "
-        f"sampled {held_out['sampled_exact']['before']:.2f} -> {held_out['sampled_exact']['after']:.2f}, "
-        f"{len(train)} steps, {failed} failed rollouts, {wall_s:.0f} s"
-    )
-    rollouts = sum(r.get("rollouts", 0.0) - r.get("rollouts_failed", 0.0) for r in train)
-
-    def per_rollout(key: str) -> float:
-        return round(sum(r.get(key, 0.0) for r in train) / max(1.0, rollouts), 3)
-
-    return {
-        "line": line,
-        "model": args.model,
-        "held_out_exact_accuracy": held_out,
-        "steps": len(train),
-        "wall_s": round(wall_s, 1),
-        "val_before": before,
-        "val_after": after,
-        "mode": "deterministic" if args.deterministic else ("async" if args.async_rollouts else "sync"),
-        "rollouts": {"by_status": statuses, "failed": failed},
-        "curve": _curve(history),
-        "train_reward_per_step": [round(r["reward_mean"], 4) for r in train],
-        "train_exact_per_step": [round(r.get("exact_rate", 0.0), 4) for r in train],
-        "rows": {
-            "aggregation": args.aggregation,
-            "llm_calls_per_rollout": per_rollout("transitions"),
-            "rows_per_rollout": per_rollout("rows"),
-            "trained_tokens_per_rollout": round(
-                statistics.fmean(r.get("trained_tokens_per_rollout", 0.0) for r in train), 1
-            )
-            if train
-            else 0.0,
-            "row_tokens_per_rollout": round(statistics.fmean(r.get("row_tokens_per_rollout", 0.0) for r in train), 1)
-            if train
-            else 0.0,
-            "breaks": {
-                cause: int(sum(r.get(f"breaks_{cause}", 0.0) for r in train))
-                for cause in ("chat_template", "retokenization", "other")
-            },
-        },
-        "timings_s": {
-            "total_wall": round(wall_s, 1),
-            "mean_step": round(statistics.fmean(r["step_time_s"] for r in train), 1) if train else 0.0,
-            "mean_train_update": round(statistics.fmean(r["train_time_s"] for r in updated), 1) if updated else 0.0,
-            "updates_skipped": len(train) - len(updated),
-            "val_before": round(before.get("time_s", 0.0), 1),
-            "val_after": round(after.get("time_s", 0.0), 1),
-        },
-        "settings": {
-            key: (str(value) if isinstance(value, Path) else value)
-            for key, value in vars(args).items()
-            if key not in ("quick",)
-        }
-        | {"quick": bool(args.quick), "cpu_count": os.cpu_count(), "load_average": list(os.getloadavg())},
-        "outputs": {"store": str(store_path), "metrics": str(metrics_path)},
-        "warm_start": None if rft is None else {**_warm_start_summary(rft), "val_after": val.get(0, {})},
-        "held_out_greedy_exact_by_time": [
-            {
-                "elapsed_s": round(result["elapsed_s"], 1),
-                "train_s": round(result["train_s"], 1),
-                "greedy_exact": round(result["greedy_exact"], 4),
-            }
-            for result in sorted(evaluations, key=lambda r: r["elapsed_s"])
-        ],
-    }
-
-
-async def _rollout_statuses(store_path: Path) -> Dict[str, int]:
-    """Rollouts in the store by status (a failed one is a lost sample: the demo expects none)."""
-    from agentlightning.store.sqlite import SqliteLightningStore
-
-    store = SqliteLightningStore(store_path)
-    try:
-        counts: Dict[str, int] = {}
-        for rollout in await store.query_rollouts():
-            counts[str(rollout.status)] = counts.get(str(rollout.status), 0) + 1
-        return counts
-    finally:
-        await store.close()
-
-
-def _curve(history: Sequence[Dict[str, Any]]) -> list[Dict[str, Any]]:
-    """Per step (0: before training): train reward and exact rate, and the held-out results when evaluated."""
-    keys = {
-        "train_reward": "reward_mean",
-        "train_exact": "exact_rate",
-        "held_out_greedy_exact": "val_exact_accuracy",
-        "held_out_sampled_exact": "val_sampled_exact_accuracy",
-    }
-    return [
-        {"step": record["step"], **{name: round(record[key], 4) for name, key in keys.items() if key in record}}
-        for record in history
-    ]
-
-
-def _print_summary(summary: Dict[str, Any], output_dir: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Held-out tasks (exact answers; greedy = temperature 0, sampled = training temperature)")
-    table.add_column("")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    table.add_column("change", justify="right")
-    for key, name in (
-        ("greedy_exact", "exact, greedy"),
-        ("sampled_exact", "exact, sampled"),
-        ("greedy_reward", "shaped reward, greedy"),
-        ("sampled_reward", "shaped reward, sampled"),
-    ):
-        b, a = summary["held_out_exact_accuracy"][key]["before"], summary["held_out_exact_accuracy"][key]["after"]
-        table.add_row(name, f"{b:.3f}", f"{a:.3f}", f"{a - b:+.3f}")
-    console = Console()
-    console.print(table)
-    rows = summary["rows"]
-    console.print(
-        f"Rows ({rows['aggregation']}): {rows['llm_calls_per_rollout']:.2f} LLM calls -> {rows['rows_per_rollout']:.2f} "
-        f"rows per rollout, {rows['trained_tokens_per_rollout']:.0f} trained tokens per rollout, breaks {rows['breaks']}"
-    )
-    console.print(f"Total time {summary['timings_s']['total_wall'] / 60:.1f} min. Outputs in {output_dir}/:")
-    saved = ", model/" if summary["settings"].get("save_model") else ""
-    console.print(f"  metrics.jsonl, reward_curve.png, summary.json, store.db{saved}")
-    console.print(f"Inspect the rollouts: agl store --backend sqlite --path {output_dir}/store.db")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in ("uvicorn.error", "uvicorn.access", "httpx"):  # the servers reset uvicorn's level at start
         logging.getLogger(name).addFilter(lambda record: record.levelno >= logging.WARNING)
-    args = build_parser().parse_args(argv)
-    run_demo(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        run_demo(args)
+    except DemoSettingsError as error:
+        parser.exit(2, f"error: {error}\n")
+    except KeyboardInterrupt:
+        hint = resume_hint(args.output_dir) if args.checkpoints else "--no-checkpoints: running it again starts over."
+        parser.exit(130, f"Interrupted. {hint}\n")
 
 
 if __name__ == "__main__":
