@@ -154,11 +154,11 @@ def main() -> int:
     if args.model == "tiny":
         model = _tiny_model(work / "tiny-llama")
     elif args.model == "smollm2":
-        from agentlightning.serving.models import smollm2_location
+        from agentlightning.serving.models import smollm2_folder
 
-        model = str(smollm2_location()[0])
+        model = str(smollm2_folder())  # recipes load the tokenizer from model_name: it must be a folder
     else:
-        model = args.model
+        model = str(Path(args.model).resolve())
     source = "smollm2" if args.model == "smollm2" else model
     os.environ.update(
         TINKER_API_KEY=API_KEY,
