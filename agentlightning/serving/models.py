@@ -29,6 +29,7 @@ __all__ = [
     "require_train_extra",
     "resolve_device",
     "resolve_dtype",
+    "smollm2_folder",
     "smollm2_location",
 ]
 
@@ -217,6 +218,24 @@ def smollm2_cache_folder() -> Optional[Path]:
     folder, gguf_name = smollm2_location()
     size = (folder / gguf_name).stat().st_size
     return root / f"{Path(gguf_name).stem}-{size}"
+
+
+def smollm2_folder() -> Path:
+    """The converted SmolLM2 as a Hugging Face model folder (config, weights, tokenizer), converting the
+    package's GGUF file the first time: for clients that load a model or tokenizer from a path, such as
+    tinker-cookbook recipes given `model_name=<folder>`."""
+    from ..env_var import LightningEnvVar
+
+    cache = smollm2_cache_folder()
+    if cache is None:
+        raise ValueError(
+            f"{LightningEnvVar.AGL_MODEL_CACHE.value} is off, so SmolLM2 has no converted folder; unset it to keep one"
+        )
+    if not (cache / "config.json").is_file():
+        _load_smollm2_cached(device="cpu", dtype=None)
+    if not (cache / "config.json").is_file():
+        raise OSError(f"could not write the converted SmolLM2 to {cache}; point AGL_MODEL_CACHE at a writable folder")
+    return cache
 
 
 def _load_smollm2_cached(

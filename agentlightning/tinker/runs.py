@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -22,10 +23,19 @@ if TYPE_CHECKING:
 
     from ..algorithm.grpo.learner import GRPOLearner
 
-__all__ = ["LoraSettings", "TrainingRun", "weights_fingerprint", "ATTENTION_MODULES", "MLP_MODULES"]
+__all__ = [
+    "LoraSettings",
+    "TrainingRun",
+    "lora_target_modules",
+    "weights_fingerprint",
+    "ATTENTION_MODULES",
+    "MLP_MODULES",
+]
 
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "c_attn", "out_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc1", "fc2", "c_fc", "c_proj")
+_ATTENTION_BLOCK = re.compile(r"attn|attention", re.IGNORECASE)
+_MLP_BLOCK = re.compile(r"mlp|ffn|feed_forward", re.IGNORECASE)
 _MICRO_BATCH = 8
 _RUN_FILE = "run.json"
 
@@ -56,16 +66,48 @@ class LoraSettings:
         )
 
 
-def _target_modules(model: torch.nn.Module, lora: LoraSettings) -> List[str]:
+def _is_linear(module: torch.nn.Module) -> bool:
+    """A projection LoRA can adapt: `nn.Linear`, or the transposed `Conv1D` of GPT-2-style models."""
     import torch
 
-    wanted = (ATTENTION_MODULES if lora.train_attn else ()) + (MLP_MODULES if lora.train_mlp else ())
-    present = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
-    targets = sorted(present.intersection(wanted))
+    if isinstance(module, torch.nn.Linear):
+        return True
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return False
+    return isinstance(module, Conv1D)
+
+
+def _part_of_block(name: str) -> Optional[str]:
+    """ "attn" or "mlp" for a projection's qualified name: by the block it sits in (`self_attn`, `attention`,
+    `mlp`, `feed_forward`, ...), else by its own name (OPT keeps `fc1` beside the attention block)."""
+    *parents, leaf = name.split(".")
+    for part in reversed(parents):
+        if _ATTENTION_BLOCK.search(part):
+            return "attn"
+        if _MLP_BLOCK.search(part):
+            return "mlp"
+    if leaf in ATTENTION_MODULES:
+        return "attn"
+    if leaf in MLP_MODULES:
+        return "mlp"
+    return None
+
+
+def lora_target_modules(model: torch.nn.Module, lora: LoraSettings) -> List[str]:
+    """The qualified names of the projections LoRA adapts: the attention ones when `train_attn`, the MLP ones
+    when `train_mlp`. Full names, not leaf names, because a leaf name can be in both (GPT-2's `c_proj`)."""
+    wanted = {"attn"} if lora.train_attn else set()
+    wanted |= {"mlp"} if lora.train_mlp else set()
+    unembed = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
+    linear = [(name, module) for name, module in model.named_modules() if name and _is_linear(module)]
+    targets = [name for name, module in linear if module is not unembed and _part_of_block(name) in wanted]
     if not targets:
+        leaves = sorted({name.rsplit(".", 1)[-1] for name, _ in linear})
         raise TinkerUserError(
             f"lora_config adapts no layer of this model (train_attn={lora.train_attn}, train_mlp={lora.train_mlp}; "
-            f"its linear layers: {sorted(present)[:8]})"
+            f"its linear layers: {leaves[:8]})"
         )
     return targets
 
@@ -110,7 +152,7 @@ class TrainingRun:
         config = GRPOConfig(
             lora_rank=lora.rank,
             lora_alpha=32,
-            lora_target_modules=_target_modules(own, lora) if lora.rank else ["q_proj"],
+            lora_target_modules=lora_target_modules(own, lora) if lora.rank else ["q_proj"],
             seed=lora.seed,
             device=device,
             learning_rate=1e-4,

@@ -4,6 +4,7 @@ sampling sessions - and one method per call. Each training call is queued as a f
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import threading
@@ -14,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from ..serving.models import SMOLLM2_ALIAS, smollm2_cache_folder
 from .config import TinkerConfig
 from .errors import TinkerGone, TinkerNotFound, TinkerUserError
 from .futures import FutureTable, Outcome
@@ -30,6 +32,7 @@ __all__ = ["TinkerService", "CheckpointRecord", "parse_tinker_path"]
 logger = logging.getLogger(__name__)
 
 _KINDS = {"weights": "training", "sampler_weights": "sampler"}
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
 
 def parse_tinker_path(path: str) -> Tuple[str, str, str]:
@@ -122,14 +125,35 @@ class TinkerService:
         return self.config.models[base_model]
 
     def base(self, base_model: str) -> Tuple[Any, Any]:
-        """`(model, tokenizer)` of a served base model, loaded on first use (float32, eval mode)."""
+        """`(model, tokenizer)` of a served base model, loaded on first use (float32, eval mode); names with
+        the same source share one copy."""
         source = self.source_of(base_model)
         with self._base_lock:
-            if base_model not in self._bases:
+            if source not in self._bases:
                 from ..serving.models import load_causal_lm
 
-                self._bases[base_model] = load_causal_lm(source, device=self.config.device)
-            return self._bases[base_model]
+                self._bases[source] = load_causal_lm(source, device=self.config.device)
+            return self._bases[source]
+
+    def tokenizer_folder(self, base_model: str) -> str:
+        """A local folder holding the base model's tokenizer, sent as `get_info`'s `tokenizer_id`: the SDK's
+        `get_tokenizer()` calls `AutoTokenizer.from_pretrained` on it, which must not need the Hub.
+
+        The model folder itself when it has a tokenizer, the converted SmolLM2 for "smollm2", else a copy
+        saved once under the checkpoint dir (a hub id, a .gguf file)."""
+        source = self.source_of(base_model)
+        candidates = [Path(source)]
+        if source == SMOLLM2_ALIAS:
+            cache = smollm2_cache_folder()
+            candidates = [cache] if cache is not None else []
+        for folder in candidates:
+            if folder.is_dir() and any((folder / name).is_file() for name in _TOKENIZER_FILES):
+                return str(folder.resolve())
+        copy = self.root / "tokenizers" / hashlib.sha256(source.encode()).hexdigest()[:16]
+        if not (copy / "tokenizer_config.json").is_file():
+            _, tokenizer = self.base(base_model)
+            tokenizer.save_pretrained(copy)
+        return str(copy.resolve())
 
     def capabilities(self) -> Dict[str, Any]:
         supported: List[Dict[str, Any]] = []
@@ -200,7 +224,11 @@ class TinkerService:
         return {
             "type": "get_info",
             "model_id": run.run_id,
-            "model_data": {"arch": arch, "model_name": run.base_model, "tokenizer_id": self.source_of(run.base_model)},
+            "model_data": {
+                "arch": arch,
+                "model_name": run.base_model,
+                "tokenizer_id": self.tokenizer_folder(run.base_model),
+            },
             "is_lora": run.lora.rank > 0,
             "lora_rank": run.lora.rank or None,
             "model_name": run.base_model,
