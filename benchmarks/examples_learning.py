@@ -12,7 +12,7 @@ machine under the heavy-job lock):
 
     flock /tmp/agl-heavy.lock timeout 1500 python benchmarks/examples_learning.py --framework pydantic_ai \
         --seeds 0 1 2 --time-budget 360 --output-dir runs/learn   # the measured runs (docs/examples.md)
-    python benchmarks/examples_learning.py --framework langgraph --temperature 0.5   # cooler sampling for SQL
+    python benchmarks/examples_learning.py --framework langgraph --temperature 0.5   # cooler sampling for SQL (docs)
     python benchmarks/examples_learning.py --framework all --seeds 0 1 2 --json runs/examples_learning.json
     python benchmarks/examples_learning.py --quick   # a smoke run of the harness (tiny steps; not a measurement)
 
