@@ -44,7 +44,7 @@ browser:
 # servers); most tests wait on servers and subprocesses, so 2 workers suit 2 cores. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: venv browser
-	@echo "[test] ruff, pyright, then pytest (about 10 minutes on 2 cores)"
+	@echo "[test] ruff, pyright, then pytest (about 8 minutes on 2 cores)"
 	$(BIN)/ruff check agentlightning tests benchmarks examples contrib
 	$(BIN)/ruff format --check agentlightning tests benchmarks examples contrib
 	$(BIN)/pyright
