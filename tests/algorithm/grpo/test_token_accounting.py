@@ -4,8 +4,10 @@ generated == trained + discarded (by reason) + (in_flight_end - in_flight_start)
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -16,7 +18,8 @@ from agentlightning.algorithm.grpo.token_report import token_report_resources_id
 from agentlightning.algorithm.grpo.tokens import DISCARD_REASONS, response_tokens
 from agentlightning.emitter import reward_within
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.types import LLM, AlgorithmState
+from agentlightning.types import LLM, AlgorithmState, Rollout
+from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.tiny_model import tiny_model
 
 from .test_algorithm import TASKS, ask, vowel_fraction
@@ -110,10 +113,8 @@ async def _slow_judge() -> float:
     return 1.0
 
 
-@agl.rollout
-async def chaotic_agent(task: Dict[str, Any], llm: LLM) -> float:
+async def _chaos(task: Dict[str, Any], text: str) -> float:
     """question 0 trains; 1: the agent crashes after its call; 2: its reward times out; 3: a mixed group."""
-    text = await ask(task, llm, max_retries=8)
     if task["question"] == "question 1":
         raise RuntimeError("the agent crashed after its model call")
     if task["question"] == "question 2":
@@ -121,6 +122,11 @@ async def chaotic_agent(task: Dict[str, Any], llm: LLM) -> float:
     if task["question"] == "question 3" and len(text) % 2:
         return await reward_within(0.05, _slow_judge())
     return vowel_fraction(text)
+
+
+@agl.rollout
+async def chaotic_agent(task: Dict[str, Any], llm: LLM) -> float:
+    return await _chaos(task, await ask(task, llm, max_retries=8))
 
 
 def test_failed_and_timed_out_rollouts_and_weight_swaps_still_close(tmp_path: Path) -> None:
@@ -144,3 +150,80 @@ def test_failed_and_timed_out_rollouts_and_weight_swaps_still_close(tmp_path: Pa
     assert sum(r["rollouts_timed_out"] for r in records) > 0
     # A failed or timed-out rollout is no reward of 0 in its group: it makes no row (one call, one row each).
     assert all(r["rows"] == r["rollouts"] - r["rollouts_failed"] for r in records)
+
+
+KILL_MARKER_ENV = "AGL_TEST_KILL_MARKER"
+"""The file whose creation claims the one kill of a run (the runner processes inherit the variable)."""
+
+
+def _claim_the_kill() -> bool:
+    marker = os.environ.get(KILL_MARKER_ENV)
+    if not marker:
+        return False
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+@agl.rollout
+async def runner_killing_agent(task: Dict[str, Any], llm: LLM) -> float:
+    """The chaotic agent, whose first rollout of question 0 SIGKILLs its runner process (as the OOM killer
+    would) after its model call was recorded in the store."""
+    text = await ask(task, llm, max_retries=8)
+    if task["question"] == "question 0" and _claim_the_kill():
+        await asyncio.sleep(1.0)  # the call's span reaches the store (batched every 0.05 s) before the kill
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await _chaos(task, text)
+
+
+async def _killed_rollout(store: InMemoryLightningStore) -> Tuple[Rollout, List[str], int]:
+    """The rollout whose runner was killed (the only question 0 attempt that did not succeed), its attempts'
+    statuses and the response tokens its dead attempt recorded."""
+    adapter = TracerTraceToTriplet()
+    for rollout in await store.query_rollouts():
+        attempts = list(await store.query_attempts(rollout.rollout_id))
+        if rollout.input == TASKS[0] and any(a.status != "succeeded" for a in attempts):
+            dead = [s for s in await store.query_spans(rollout.rollout_id) if s.attempt_id == attempts[0].attempt_id]
+            return rollout, [a.status for a in attempts], response_tokens(adapter.adapt(dead))
+    raise AssertionError("no rollout of question 0 lost its attempt; was the runner killed?")
+
+
+def test_a_runner_killed_mid_rollout_with_timeouts_and_weight_swaps_still_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Client-server, 2 runner processes, one SIGKILLed holding a rollout whose model call is in the store.
+    The store's watchdog gives up on that attempt at the rollout timeout (10 s, counted from its start): until
+    then its tokens are in flight (its group is usually carried over to the next step), then discarded as timeout."""
+    monkeypatch.setenv(KILL_MARKER_ENV, str(tmp_path / "killed"))
+    model, tokenizer = tiny_model()
+    config = _config(
+        tmp_path, batch_size=4, total_steps=3, async_rollouts=True, max_staleness=1, rollout_timeout_s=10.0
+    )
+    algorithm = GRPO(config, model=model, tokenizer=tokenizer)
+    store = InMemoryLightningStore()
+    trainer = agl.Trainer(
+        algorithm=algorithm,
+        store=store,
+        n_runners=2,
+        runner={"poll_interval": 0.05, "heartbeat_interval": 0.2},
+        strategy={"type": "cs", "server_host": "127.0.0.1", "server_port": pick_free_port(), "graceful_timeout": 2.0},
+    )
+    # One runner of two was killed by a signal: fit returns once the algorithm finished with the other.
+    trainer.fit(runner_killing_agent, train_dataset=TASKS)
+    assert (tmp_path / "killed").exists()
+
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(_closes(r) and r["tokens/unaccounted"] == 0 for r in records), records
+    for previous, record in zip(records, records[1:], strict=False):
+        assert record["tokens/in_flight_start"] == previous["tokens/in_flight"]
+    assert all(r["weights_version"] == r["step"] for r in records)
+    killed, statuses, dead_tokens = asyncio.run(_killed_rollout(store))
+    assert dead_tokens > 0, "the dead attempt's model call was recorded before the kill"
+    assert killed.status == "failed" and statuses == ["timeout"], (killed, statuses)
+    totals = {key: sum(r[key] for r in records) for key in records[0] if key.startswith("tokens/")}
+    # Only the killed rollout of question 0 lands anywhere but trained (or cut): with the other timeouts.
+    assert totals["tokens/discarded/timeout"] >= dead_tokens
+    assert totals["tokens/discarded/failed"] > 0 and totals["tokens/trained"] > 0
