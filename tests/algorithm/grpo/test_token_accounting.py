@@ -18,7 +18,8 @@ from agentlightning.algorithm.grpo.token_report import token_report_resources_id
 from agentlightning.algorithm.grpo.tokens import DISCARD_REASONS, response_tokens
 from agentlightning.emitter import reward_within
 from agentlightning.store.memory import InMemoryLightningStore
-from agentlightning.types import LLM, AlgorithmState, Rollout
+from agentlightning.store_http.client import LightningStoreClient
+from agentlightning.types import LLM, AlgorithmState, AttemptedRollout, Rollout
 from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.tiny_model import tiny_model
 
@@ -167,13 +168,29 @@ def _claim_the_kill() -> bool:
     return True
 
 
+STORE_URL_ENV = "AGL_TEST_STORE_URL"
+"""The run's store server, where the killing agent waits for its model call's span before the kill."""
+
+
+async def _wait_for_a_span(rollout: AttemptedRollout) -> None:
+    """Until the attempt's spans (sent in batches) are in the store: bounded, 60 s at most."""
+    client = LightningStoreClient(os.environ[STORE_URL_ENV])
+    try:
+        for _ in range(1200):
+            if (await client.query_spans(rollout.rollout_id, rollout.attempt.attempt_id)).items:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+
+
 @agl.rollout
-async def runner_killing_agent(task: Dict[str, Any], llm: LLM) -> float:
+async def runner_killing_agent(task: Dict[str, Any], llm: LLM, rollout: AttemptedRollout) -> float:
     """The chaotic agent, whose first rollout of question 0 SIGKILLs its runner process (as the OOM killer
-    would) after its model call was recorded in the store."""
+    would) once its model call is recorded in the store."""
     text = await ask(task, llm, max_retries=8)
     if task["question"] == "question 0" and _claim_the_kill():
-        await asyncio.sleep(1.0)  # the call's span reaches the store (batched every 0.05 s) before the kill
+        await _wait_for_a_span(rollout)
         os.kill(os.getpid(), signal.SIGKILL)
     return await _chaos(task, text)
 
@@ -197,6 +214,8 @@ def test_a_runner_killed_mid_rollout_with_timeouts_and_weight_swaps_still_closes
     The store's watchdog gives up on that attempt at the rollout timeout (10 s, counted from its start): until
     then its tokens are in flight (its group is usually carried over to the next step), then discarded as timeout."""
     monkeypatch.setenv(KILL_MARKER_ENV, str(tmp_path / "killed"))
+    port = pick_free_port()
+    monkeypatch.setenv(STORE_URL_ENV, f"http://127.0.0.1:{port}")
     model, tokenizer = tiny_model()
     config = _config(
         tmp_path, batch_size=4, total_steps=3, async_rollouts=True, max_staleness=1, rollout_timeout_s=10.0
@@ -208,7 +227,7 @@ def test_a_runner_killed_mid_rollout_with_timeouts_and_weight_swaps_still_closes
         store=store,
         n_runners=2,
         runner={"poll_interval": 0.05, "heartbeat_interval": 0.2},
-        strategy={"type": "cs", "server_host": "127.0.0.1", "server_port": pick_free_port(), "graceful_timeout": 2.0},
+        strategy={"type": "cs", "server_host": "127.0.0.1", "server_port": port, "graceful_timeout": 2.0},
     )
     # One runner of two was killed by a signal: fit returns once the algorithm finished with the other.
     trainer.fit(runner_killing_agent, train_dataset=TASKS)
