@@ -107,7 +107,7 @@ def demo_samples(vocab: int, seed: int = 0) -> List[Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Peak RSS of one GRPO learner update in the demo's shape.")
     parser.add_argument("--updates", type=int, default=1, help="learner updates to run")
     parser.add_argument("--sync", action="store_true", help="an on-policy update (no scoring pass)")
     parser.add_argument("--micro-batch-size", type=int, default=0, help="rows per forward/backward (0: the demo's)")
