@@ -117,6 +117,7 @@ def test_token_entropy_row_by_row_equals_the_batched_entropy_bit_for_bit(tempera
     logits = torch.randn(5, 9, 300, requires_grad=True) * 3
     ids = torch.randint(0, 300, (5, 9))
     _, batched = token_logprobs(logits, ids, temperature, with_entropy=True)
+    assert batched is not None
     for rows in (1, 2, 5):
         chunked = token_entropy(logits, temperature, rows_per_chunk=rows)
         assert not chunked.requires_grad and torch.equal(chunked, batched.detach())
