@@ -18,7 +18,7 @@ from ...serving.heap import release_free_memory
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
 from .batch import Sample, TokenBatch, collate, micro_batches, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
-from .loss import Objective, grpo_loss, nll_loss, token_logprobs
+from .loss import Objective, grpo_loss, nll_loss, token_entropy, token_logprobs
 from .metrics import UpdateProgress, UpdateTally
 from .prefix import forward_logits, pad_left
 
@@ -366,7 +366,6 @@ class GRPOLearner:
         self, batch: TokenBatch, scale: _StepScale, supervised: bool, off_policy: bool, tally: UpdateTally
     ) -> float:
         """The loss of one micro-batch (its share of the optimizer step's), backpropagated; returns its value."""
-        import torch
 
         cfg = self.config
         temperature = 1.0 if supervised else cfg.temperature
@@ -377,8 +376,7 @@ class GRPOLearner:
             logprobs, entropy = token_logprobs(logits, ids, temperature, with_entropy=True)
         else:
             logprobs, _ = token_logprobs(logits, ids, temperature)
-            with torch.no_grad():
-                _, entropy = token_logprobs(logits.detach(), ids, temperature, with_entropy=True)
+            entropy = token_entropy(logits, temperature)  # only logged: row by row, no graph
         logprobs = pad_left(logprobs, offset)
         entropy = pad_left(entropy, offset) if entropy is not None else None
         common: Dict[str, Any] = {

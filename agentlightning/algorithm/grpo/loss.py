@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, Optional, Tuple
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GRPOLossOutput", "Objective", "token_logprobs", "grpo_loss", "nll_loss", "aggregate"]
+__all__ = ["GRPOLossOutput", "Objective", "token_logprobs", "token_entropy", "grpo_loss", "nll_loss", "aggregate"]
 
 Objective = Literal["grpo", "nll"]
 """What a learner update minimises: the GRPO objective, or the supervised negative log-likelihood (RFT)."""
@@ -48,7 +48,9 @@ def token_logprobs(
     """`[B, L]` log pi(x_t | x_<t) at `temperature` (column 0 is 0), and optionally the token entropy H_t."""
     import torch
 
-    scaled = logits[:, :-1, :].float() / temperature
+    scaled = logits[:, :-1, :].float()
+    if temperature != 1.0:  # x / 1.0 is x: no float32 copy of the logits for the common case
+        scaled = scaled / temperature
     log_norm = torch.logsumexp(scaled, dim=-1)
     chosen = scaled.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) - log_norm
     logprobs = torch.nn.functional.pad(chosen, (1, 0))
@@ -57,6 +59,24 @@ def token_logprobs(
     probs = torch.softmax(scaled, dim=-1)
     entropy = log_norm - (probs * scaled).sum(dim=-1)
     return logprobs, torch.nn.functional.pad(entropy, (1, 0))
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0, *, rows_per_chunk: int = 1) -> torch.Tensor:
+    """`[B, L]` token entropy H_t at `temperature` (column 0 is 0), without gradients, `rows_per_chunk` rows at a
+    time: the same values as `token_logprobs(..., with_entropy=True)` with a fraction of its vocabulary-wide
+    temporaries (a float32 softmax and a product the size of the logits)."""
+    import torch
+
+    with torch.no_grad():
+        chunks = []
+        for start in range(0, logits.shape[0], max(1, rows_per_chunk)):
+            scaled = logits[start : start + rows_per_chunk, :-1, :].detach().float()
+            if temperature != 1.0:
+                scaled = scaled / temperature
+            log_norm = torch.logsumexp(scaled, dim=-1)
+            chunks.append(log_norm - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1))
+            del scaled
+        return torch.nn.functional.pad(torch.cat(chunks, dim=0), (1, 0))
 
 
 def aggregate(

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentlightning.algorithm.grpo.loss import aggregate, grpo_loss, nll_loss, token_logprobs
+from agentlightning.algorithm.grpo.loss import aggregate, grpo_loss, nll_loss, token_entropy, token_logprobs
 
 pytestmark = pytest.mark.train
 
@@ -109,6 +109,30 @@ def test_token_logprobs_are_shifted_next_token_logprobs_at_a_temperature() -> No
     assert logprobs[0].tolist() == pytest.approx(expected, abs=1e-6)
     p = torch.softmax(logits[0, 0] / 0.5, -1)
     assert entropy is not None and entropy[0, 1].item() == pytest.approx(-(p * p.log()).sum().item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_entropy_row_by_row_equals_the_batched_entropy_bit_for_bit(temperature: float) -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(5, 9, 300, requires_grad=True) * 3
+    ids = torch.randint(0, 300, (5, 9))
+    _, batched = token_logprobs(logits, ids, temperature, with_entropy=True)
+    assert batched is not None
+    for rows in (1, 2, 5):
+        chunked = token_entropy(logits, temperature, rows_per_chunk=rows)
+        assert not chunked.requires_grad and torch.equal(chunked, batched.detach())
+
+
+def test_token_logprobs_at_temperature_one_equal_those_divided_by_one() -> None:
+    torch.manual_seed(1)
+    logits = torch.randn(2, 6, 50)
+    ids = torch.randint(0, 50, (2, 6))
+    by_one = torch.nn.functional.pad(
+        (logits[:, :-1] / 1.0).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        - torch.logsumexp(logits[:, :-1] / 1.0, dim=-1),
+        (1, 0),
+    )
+    assert torch.equal(token_logprobs(logits, ids, 1.0)[0], by_one)
 
 
 def test_rollout_mean_weighs_every_rollout_equally_by_hand() -> None:
