@@ -23,7 +23,7 @@ from agentlightning.types import LLM, AlgorithmState, AttemptedRollout, Rollout
 from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.tiny_model import tiny_model
 
-from .test_algorithm import TASKS, ask, vowel_fraction
+from .test_algorithm import TASKS, _fit, ask, vowel_fraction
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
@@ -32,16 +32,6 @@ def _closes(record: Dict[str, Any]) -> bool:
     discarded = sum(record[f"tokens/discarded/{reason}"] for reason in DISCARD_REASONS)
     change = record["tokens/in_flight"] - record["tokens/in_flight_start"]
     return record["tokens/generated"] == record["tokens/trained"] + discarded + change
-
-
-def _fit(algorithm: GRPO, store: InMemoryLightningStore, agent: Any, val: bool = False) -> None:
-    trainer = agl.Trainer(
-        algorithm=algorithm,
-        store=store,
-        runner={"poll_interval": 0.05},
-        strategy={"type": "shm", "n_runners": 2, "main_thread": "algorithm"},
-    )
-    trainer.fit(agent, train_dataset=TASKS, val_dataset=TASKS[:2] if val else None)
 
 
 def _config(tmp_path: Path, **overrides: Any) -> GRPOConfig:
@@ -83,7 +73,7 @@ def test_every_step_of_a_run_closes_and_counts_all_the_tokens_in_the_store(tmp_p
     config = _config(tmp_path, batch_size=4, max_response_length=3, drop_tied_groups=True)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
     store = InMemoryLightningStore()
-    _fit(algorithm, store, half_tied_agent, val=True)
+    _fit(algorithm, store, val=True, agent=half_tied_agent)
 
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2]
@@ -134,7 +124,7 @@ def test_failed_and_timed_out_rollouts_and_weight_swaps_still_close(tmp_path: Pa
     model, tokenizer = tiny_model()
     config = _config(tmp_path, batch_size=4, total_steps=3, async_rollouts=True, max_staleness=1)
     algorithm = GRPO(config, model=model, tokenizer=tokenizer)
-    _fit(algorithm, InMemoryLightningStore(), chaotic_agent)
+    _fit(algorithm, InMemoryLightningStore(), agent=chaotic_agent)
 
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3]
