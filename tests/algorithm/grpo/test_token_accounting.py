@@ -23,7 +23,7 @@ from agentlightning.types import LLM, AlgorithmState, AttemptedRollout, Rollout
 from agentlightning.utils.server_launcher import pick_free_port
 from tests.support.tiny_model import tiny_model
 
-from .test_algorithm import TASKS, _fit, ask, vowel_fraction
+from .test_algorithm import TASKS, _fit, ask, half_tied_agent, vowel_fraction
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 
@@ -59,13 +59,6 @@ async def _tokens_in_store(store: InMemoryLightningStore) -> int:
             by_attempt.setdefault(span.attempt_id, []).append(span)
         total += sum(response_tokens(adapter.adapt(spans)) for spans in by_attempt.values())
     return total
-
-
-@agl.rollout
-async def half_tied_agent(task: Dict[str, Any], llm: LLM) -> float:
-    """Rewards vowels on question 0 and nothing else: the other tasks' groups all tie."""
-    text = await ask(task, llm)
-    return vowel_fraction(text) if task["question"] == "question 0" else 0.1
 
 
 def test_every_step_of_a_run_closes_and_counts_all_the_tokens_in_the_store(tmp_path: Path) -> None:
