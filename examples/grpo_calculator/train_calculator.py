@@ -539,6 +539,9 @@ def build_algorithms(
     done before (`warm_start_done`: `model` holds its weights). GRPO checkpoints to `checkpoint_dir`."""
     grpo_class, rft_class = make_algorithm_classes()
     source: Dict[str, Any] = {"model": args.model} if model is None else {"model": model, "tokenizer": tokenizer}
+    # Each runner makes one call at a time: a KV-cache slot per runner is all the policy server uses, and each
+    # slot of SmolLM2's 512 positions costs 24 MB (the default 32 slots: 0.8 GB).
+    source["max_batch_size"] = args.n_runners
     grpo: Any = grpo_class(grpo_config(args, metrics_path, checkpoint_dir), **source)
     if args.warm_start != "rft":
         return grpo, None

@@ -355,3 +355,25 @@ async def test_the_padded_shapes_cuda_graphs_use_decode_the_same() -> None:
         assert [e.token_ids for e in padded] == [e.token_ids for e in exact]
         for a, b in zip(exact, padded, strict=True):
             assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+
+
+async def test_a_closed_engine_frees_its_kv_cache_and_serves_again_when_restarted() -> None:
+    """A closed engine lets its KV cache go (a schedule keeps the warm start's closed server around while GRPO
+    serves: two caches of SmolLM2's size were 1.6 GB); start() allocates a fresh one and serves as before."""
+    import gc
+    import weakref
+
+    model, tokenizer = tiny_model()
+    engine = PolicyEngine(model, tokenizer, max_batch_size=2, batch_window_s=0.0, seed=0)
+    engine.start()
+    before = (await engine.generate([1, 50, 51], GREEDY))[0]
+    buffer = weakref.ref(engine.slot_model.cache.buffer)
+    engine.close()
+    gc.collect()
+    assert buffer() is None
+    engine.start()
+    try:
+        again = (await engine.generate([1, 50, 51], GREEDY))[0]
+    finally:
+        engine.close()
+    assert again.token_ids == before.token_ids and again.logprobs == before.logprobs
