@@ -43,7 +43,7 @@ THIRD_PARTY_FOR_TYPES = {"pydantic", "pydantic_core", "opentelemetry", "typing_e
 
 # Lowest first. A unit is `agentlightning.<unit>` (a subpackage or a top-level module).
 LAYERS: list[tuple[str, ...]] = [
-    ("types", "semconv", "env_var", "logging", "config", "_process_entry"),
+    ("types", "semconv", "env_var", "logging", "config", "_process_entry", "_lazy"),
     ("utils", "tracking", "formats", "attributes", "web"),
     ("adapter",),
     ("store",),

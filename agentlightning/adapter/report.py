@@ -91,6 +91,12 @@ class TokenDrift(BaseModel):
     Trajectory aggregation starts a new training row at every such turn."""
 
 
+_COUNTERS = (
+    "n_spans", "n_llm_spans", "n_triplets", "n_triplets_without_token_ids", "n_triplets_retokenized", "n_reward_spans",
+)  # fmt: skip
+"""The counters of `AdaptationReport.to_metadata`, in order."""
+
+
 class AdaptationReport(BaseModel):
     """Structured account of one adapter run over one rollout's spans."""
 
@@ -137,12 +143,7 @@ class AdaptationReport(BaseModel):
     def to_metadata(self) -> dict[str, Any]:
         """Compact counters suitable for rollout metadata or metrics."""
         return {
-            "n_spans": self.n_spans,
-            "n_llm_spans": self.n_llm_spans,
-            "n_triplets": self.n_triplets,
-            "n_triplets_without_token_ids": self.n_triplets_without_token_ids,
-            "n_triplets_retokenized": self.n_triplets_retokenized,
-            "n_reward_spans": self.n_reward_spans,
+            **{name: getattr(self, name) for name in _COUNTERS},
             "n_unmatched_rewards": len(self.unmatched_rewards),
             "n_token_drift_turns": len(self.token_drift),
             "break_counts": self.break_counts,

@@ -1,10 +1,14 @@
-"""One log format for every `agl` command: the agentlightning setup, applied to uvicorn's loggers too."""
+"""One log format for every `agl` command (the agentlightning setup, applied to uvicorn's loggers too) and one way to serve."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
-__all__ = ["LOG_LEVELS", "cli_error_text", "setup_cli_logging"]
+__all__ = ["LOG_LEVELS", "cli_error_text", "run_service", "setup_cli_logging"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -21,3 +25,15 @@ def cli_error_text(exc: BaseException) -> str:
     from agentlightning.web.launcher import PortInUseError
 
     return exc.for_cli() if isinstance(exc, PortInUseError) else str(exc)
+
+
+def run_service(command: str, service: Coroutine[Any, Any, Any]) -> int:
+    """Run a command's serving coroutine until it ends or Ctrl-C; 1 (the error logged) when it fails to serve."""
+    try:
+        asyncio.run(service)
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ValueError, RuntimeError) as exc:
+        logging.getLogger("agentlightning").error("%s: %s", command, cli_error_text(exc))
+        return 1
+    return 0

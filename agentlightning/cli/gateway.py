@@ -9,7 +9,6 @@ valid across restarts, and give it to `ProcessAgent(gateway=URL, gateway_secret=
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from typing import Any, Optional
 
 from agentlightning.web.body_limit import DEFAULT_MAX_REQUEST_SIZE
 
-from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
+from ._logging import LOG_LEVELS, run_service, setup_cli_logging
 from .store import BACKENDS, DEFAULT_SQLITE_PATH, build_store, byte_size
 
 __all__ = ["build_parser", "main"]
@@ -135,11 +134,4 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     setup_cli_logging(args.log_level)
-    try:
-        asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        pass
-    except (OSError, ValueError, RuntimeError) as exc:
-        logging.getLogger("agentlightning").error("agl gateway: %s", cli_error_text(exc))
-        return 1
-    return 0
+    return run_service("agl gateway", _serve(args))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import re
@@ -11,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from ._logging import LOG_LEVELS, cli_error_text, setup_cli_logging
+from ._logging import LOG_LEVELS, run_service, setup_cli_logging
 
 __all__ = ["build_parser", "build_store", "byte_size", "parse_memory_budget", "main", "LOG_LEVELS"]
 
@@ -274,11 +273,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"agl store: --n-workers must be >= 1, got {args.n_workers}", file=sys.stderr)
         return 2
     setup_cli_logging(args.log_level)
-    try:
-        asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        pass
-    except (OSError, ValueError, RuntimeError) as exc:
-        logging.getLogger("agentlightning").error("agl store: %s", cli_error_text(exc))
-        return 1
-    return 0
+    return run_service("agl store", _serve(args))

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from .responses import as_dict as _as_dict
+
 __all__ = [
     "MessagesTranslationError",
     "messages_request_to_chat",
@@ -31,15 +33,6 @@ _PASSTHROUGH_FIELDS = ("model", "temperature", "top_p", "top_k", "stream", "retu
 
 class MessagesTranslationError(ValueError):
     """A Messages request that cannot be expressed as chat completions (the message names the field)."""
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return dict(value)  # type: ignore[arg-type]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump()  # type: ignore[no-any-return]
-    return {}
 
 
 def _text_of(content: Any) -> str:

@@ -71,7 +71,8 @@ class ResponsesTranslationError(ValueError):
     """A Responses request that has no chat-completions equivalent (the message names the field)."""
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
+    """A mapping or pydantic model as a plain dict; anything else (None included) as `{}`."""
     if isinstance(value, Mapping):
         return dict(value)  # type: ignore[arg-type]
     dump = getattr(value, "model_dump", None)
@@ -83,7 +84,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 def _part_text(part: Any) -> Optional[str]:
     if isinstance(part, str):
         return part
-    data = _as_dict(part)
+    data = as_dict(part)
     if data.get("type") in ("input_text", "output_text", "text", "refusal", "summary_text"):
         return str(data.get("text", data.get("refusal", "")))
     return None
@@ -95,7 +96,7 @@ def _chat_content(content: Any) -> Any:
         return content
     parts: list[dict[str, Any]] = []
     for raw in content:
-        data = _as_dict(raw)
+        data = as_dict(raw)
         text = _part_text(raw)
         if text is not None:
             parts.append({"type": "text", "text": text})
@@ -113,7 +114,7 @@ def _input_messages(items: Any, *, strict: bool) -> list[dict[str, Any]]:
         return [{"role": "user", "content": items}]
     messages: list[dict[str, Any]] = []
     for position, raw in enumerate(items):
-        item = _as_dict(raw)
+        item = as_dict(raw)
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             messages.append({"role": str(item.get("role") or "user"), "content": _chat_content(item.get("content"))})
@@ -152,7 +153,7 @@ def _input_messages(items: Any, *, strict: bool) -> list[dict[str, Any]]:
 def _chat_tools(tools: Any, *, strict: bool) -> list[dict[str, Any]]:
     converted: list[dict[str, Any]] = []
     for position, raw in enumerate(tools or []):
-        tool = _as_dict(raw)
+        tool = as_dict(raw)
         if tool.get("type") == "function":
             function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
             converted.append({"type": "function", "function": function})
@@ -166,14 +167,14 @@ def _chat_tools(tools: Any, *, strict: bool) -> list[dict[str, Any]]:
 def _chat_tool_choice(choice: Any) -> Any:
     if isinstance(choice, str):
         return choice
-    data = _as_dict(choice)
+    data = as_dict(choice)
     if data.get("type") == "function" and data.get("name"):
         return {"type": "function", "function": {"name": data["name"]}}
     return data.get("mode", "auto") if data.get("type") == "allowed_tools" else "auto"
 
 
 def _response_format(text: Any) -> Optional[dict[str, Any]]:
-    fmt = _as_dict(_as_dict(text).get("format"))
+    fmt = as_dict(as_dict(text).get("format"))
     if fmt.get("type") == "json_schema":
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
         return {"type": "json_schema", "json_schema": schema}
@@ -223,7 +224,7 @@ def _new_id(prefix: str) -> str:
 
 
 def _usage(chat_usage: Any) -> Optional[dict[str, Any]]:
-    usage = _as_dict(chat_usage)
+    usage = as_dict(chat_usage)
     if not usage:
         return None
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
@@ -243,7 +244,7 @@ def _output_items(
     items: list[dict[str, Any]] = []
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(str(_as_dict(p).get("text", "")) for p in content)  # type: ignore[union-attr]
+        content = "".join(str(as_dict(p).get("text", "")) for p in content)  # type: ignore[union-attr]
     if content or not message.get("tool_calls"):
         items.append(
             {
@@ -257,8 +258,8 @@ def _output_items(
             }
         )
     for index, raw_call in enumerate(message.get("tool_calls") or []):
-        call = _as_dict(raw_call)
-        function = _as_dict(call.get("function"))
+        call = as_dict(raw_call)
+        function = as_dict(call.get("function"))
         items.append(
             {
                 "type": "function_call",
@@ -280,9 +281,9 @@ def chat_response_to_responses(
     `ids` fixes the ids of the response and its output items (a stream announces them before the end).
     """
     ids = ids if ids is not None else {}
-    choices = [_as_dict(c) for c in chat.get("choices") or []]
+    choices = [as_dict(c) for c in chat.get("choices") or []]
     choice = choices[0] if choices else {}
-    message = _as_dict(choice.get("message"))
+    message = as_dict(choice.get("message"))
     status, reason = _FINISH_TO_STATUS.get(str(choice.get("finish_reason")), ("completed", None))
     response: dict[str, Any] = {
         "id": ids.setdefault("response", _new_id("resp")),
@@ -294,7 +295,7 @@ def chat_response_to_responses(
         "instructions": request.get("instructions"),
         "max_output_tokens": request.get("max_output_tokens"),
         "model": str(chat.get("model") or request.get("model") or ""),
-        "output": _output_items(message, ids, _as_dict(choice.get("logprobs")).get("content")),
+        "output": _output_items(message, ids, as_dict(choice.get("logprobs")).get("content")),
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
         "temperature": request.get("temperature"),
         "tool_choice": request.get("tool_choice") or "auto",
@@ -317,10 +318,10 @@ def responses_response_to_chat(response: Mapping[str, Any]) -> dict[str, Any]:
     tool_calls: list[dict[str, Any]] = []
     logprobs: list[Any] = []
     for raw in response.get("output") or []:
-        item = _as_dict(raw)
+        item = as_dict(raw)
         if item.get("type") == "message":
             content.extend(t for t in (_part_text(p) for p in item.get("content") or []) if t is not None)
-            logprobs.extend(entry for p in item.get("content") or [] for entry in _as_dict(p).get("logprobs") or [])
+            logprobs.extend(entry for p in item.get("content") or [] for entry in as_dict(p).get("logprobs") or [])
         elif item.get("type") == "function_call":
             tool_calls.append(
                 {
@@ -332,14 +333,14 @@ def responses_response_to_chat(response: Mapping[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    incomplete = _as_dict(response.get("incomplete_details")).get("reason")
+    incomplete = as_dict(response.get("incomplete_details")).get("reason")
     finish = "tool_calls" if tool_calls else "length" if incomplete == "max_output_tokens" else "stop"
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if logprobs:
-        choice["logprobs"] = {"content": [_as_dict(entry) for entry in logprobs]}
+        choice["logprobs"] = {"content": [as_dict(entry) for entry in logprobs]}
     if isinstance(response.get("token_ids"), list):
         choice["token_ids"] = response["token_ids"]
-    usage = _as_dict(response.get("usage"))
+    usage = as_dict(response.get("usage"))
     chat: dict[str, Any] = {"id": response.get("id"), "model": response.get("model"), "choices": [choice]}
     if usage:
         chat["usage"] = {
@@ -391,10 +392,10 @@ class ChatToResponsesStream:
     def add_chunk(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
         events = self.start()
         for raw_choice in chunk.get("choices") or []:
-            choice = _as_dict(raw_choice)
+            choice = as_dict(raw_choice)
             if choice.get("index", 0) != 0:
                 continue
-            text = _as_dict(choice.get("delta")).get("content")
+            text = as_dict(choice.get("delta")).get("content")
             if not text:
                 continue
             if not self._text_open:
@@ -476,14 +477,14 @@ class ResponsesStreamAccumulator:
         self._text: list[str] = []
 
     def add(self, event: Any) -> None:
-        data = _as_dict(event)
+        data = as_dict(event)
         kind = data.get("type")
         if kind in self._FINAL:
-            self.response = _as_dict(data.get("response"))
+            self.response = as_dict(data.get("response"))
         elif kind == "response.output_text.delta":
             self._text.append(str(data.get("delta") or ""))
         elif kind == "response.created" and self.response is None:
-            self.response = _as_dict(data.get("response"))
+            self.response = as_dict(data.get("response"))
 
     def to_response(self) -> dict[str, Any]:
         """The final response; for a stream cut short, what arrived (text deltas as one message)."""

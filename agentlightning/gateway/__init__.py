@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlightning._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .config import GatewayConfig as GatewayConfig
@@ -19,12 +20,4 @@ __all__ = ["Gateway", "GatewayConfig", "attempt_key", "rollout_urls"]
 
 _LAZY = {"Gateway": ".server", "rollout_urls": ".server", "GatewayConfig": ".config", "attempt_key": ".keys"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

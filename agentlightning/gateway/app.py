@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentlightning.llm_proxy.call import CallKind, ProxyCall
 from agentlightning.llm_proxy.forward import ReleaseAtEnd, error_response, forward_call
+from agentlightning.types import Rollout
 from agentlightning.web.hardening import harden
 
 from .admin import add_admin_routes
@@ -132,16 +133,28 @@ async def _route(
     return upstream.deployment(model), model, {}
 
 
+def _unknown_mode(request: Request) -> Optional[Response]:
+    """The 404 for a mode in the URL the gateway does not serve; None for a known one."""
+    mode = request.path_params["mode"]
+    if mode in GATEWAY_MODES:
+        return None
+    return error_response(404, f"unknown mode {mode!r} in the URL; use one of {GATEWAY_MODES}", error_type="not_found")
+
+
+async def _attempt(state: GatewayState, request: Request) -> tuple[str, str, Rollout]:
+    """The rollout and attempt the request's key opens, and the rollout; GatewayError when refused."""
+    rollout_id, attempt_id = await _authorize(state, request)
+    return rollout_id, attempt_id, await state.directory.check(rollout_id, attempt_id)
+
+
 async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
     start_time = time.time()
     mode = request.path_params["mode"]
-    if mode not in GATEWAY_MODES:
-        return error_response(
-            404, f"unknown mode {mode!r} in the URL; use one of {GATEWAY_MODES}", error_type="not_found"
-        )
+    refused = _unknown_mode(request)
+    if refused is not None:
+        return refused
     try:
-        rollout_id, attempt_id = await _authorize(state, request)
-        rollout = await state.directory.check(rollout_id, attempt_id)
+        rollout_id, attempt_id, rollout = await _attempt(state, request)
     except GatewayError as exc:
         return error_response(exc.status_code, exc.message, error_type="gateway_error")
     try:
@@ -191,14 +204,11 @@ async def _proxy(state: GatewayState, request: Request, kind: str) -> Response:
 
 
 async def _models(state: GatewayState, request: Request) -> Response:
-    mode = request.path_params["mode"]
-    if mode not in GATEWAY_MODES:
-        return error_response(
-            404, f"unknown mode {mode!r} in the URL; use one of {GATEWAY_MODES}", error_type="not_found"
-        )
+    refused = _unknown_mode(request)
+    if refused is not None:
+        return refused
     try:
-        rollout_id, attempt_id = await _authorize(state, request)
-        rollout = await state.directory.check(rollout_id, attempt_id)
+        rollout_id, attempt_id, rollout = await _attempt(state, request)
         names = [state.config.model_name] if state.config.model_name else state.registry.names()
         upstream = None if names else await state.directory.upstream(rollout)
     except GatewayError as exc:

@@ -20,7 +20,7 @@ import aiohttp
 from starlette.responses import Response, StreamingResponse
 
 from agentlightning.llm_proxy.call import ProxyCall
-from agentlightning.llm_proxy.forward import RETRY_BACKOFF_SECONDS, error_response
+from agentlightning.llm_proxy.forward import RETRY_BACKOFF_SECONDS, backend_error_message, error_response
 from agentlightning.llm_proxy.models import Deployment
 from agentlightning.llm_proxy.runtime import ProxyRuntime
 
@@ -169,17 +169,6 @@ async def _post(runtime: ProxyRuntime, call: ProxyCall, deployment: Deployment) 
     )
 
 
-def _error_message(content: bytes, status_code: int) -> str:
-    try:
-        body = json.loads(content)
-    except (ValueError, RecursionError):
-        return content.decode("utf-8", "replace")[:2000] or f"HTTP {status_code}"
-    error = body.get("error", body) if isinstance(body, dict) else body  # type: ignore[union-attr]
-    if isinstance(error, dict) and "message" in error:
-        return str(error["message"])  # type: ignore[index]
-    return json.dumps(error)
-
-
 async def _record(runtime: ProxyRuntime, call: ProxyCall, response: Optional[dict[str, Any]]) -> None:
     call.end_time = time.time()
     call.response = responses_response_as_chat(response) if response is not None else None
@@ -274,7 +263,7 @@ async def forward_responses_call(runtime: ProxyRuntime, call: ProxyCall, deploym
         except (ValueError, RecursionError):
             call.error = "the backend answered with a body that is not JSON"
     else:
-        call.error = _error_message(content, response.status)
+        call.error = backend_error_message(content, response.status)
     await _record(runtime, call, parsed)
     content_type = response.headers.get("content-type")
     return Response(

@@ -6,8 +6,9 @@ Only `LLMProxy` is star-exported; the other names load lazily from their modules
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlightning._lazy import lazy_exports
 
 if TYPE_CHECKING:  # redundant aliases: re-exported for type checkers, loaded lazily at run time
     from .callbacks import LightningOpenTelemetry as LightningOpenTelemetry
@@ -44,12 +45,4 @@ _LAZY = {
     "MessageInspectionMiddleware": ".middleware",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -7,8 +7,8 @@ records each call as a span, with its `raw_gen_ai_request` child, in the store),
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional, Union
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 from .call import ProxyCall
 from .spans import build_call_span, build_raw_request_span
@@ -110,6 +110,8 @@ class LightningOpenTelemetry(ProxyCallback):
                 exporter.export_nowait(item)
 
 
+P = TypeVar("P")
+
 CALLBACK_ALIASES: dict[str, type[ProxyCallback]] = {
     "return_token_ids": ReturnTokenIdsCallback,
     "opentelemetry": LightningOpenTelemetry,
@@ -120,16 +122,23 @@ DEFAULT_CALLBACKS: tuple[str, ...] = ("return_token_ids", "opentelemetry")
 CallbackSpec = Union[str, ProxyCallback]
 
 
-def resolve_callbacks(specs: Optional[Sequence[CallbackSpec]]) -> list[ProxyCallback]:
-    """Instances for aliases / instances (None = the defaults); unknown aliases name the known ones."""
-    resolved: list[ProxyCallback] = []
-    for spec in DEFAULT_CALLBACKS if specs is None else specs:
-        if isinstance(spec, ProxyCallback):
+def resolve_plugins(
+    specs: Optional[Sequence[Any]], defaults: Sequence[str], aliases: Mapping[str, type[P]], base: type[P], kind: str
+) -> list[P]:
+    """Instances of `base` for aliases / instances (None = the defaults); unknown aliases name the known ones."""
+    resolved: list[P] = []
+    for spec in defaults if specs is None else specs:
+        if isinstance(spec, base):
             resolved.append(spec)
-        elif isinstance(spec, str) and spec in CALLBACK_ALIASES:
-            resolved.append(CALLBACK_ALIASES[spec]())
+        elif isinstance(spec, str) and spec in aliases:
+            resolved.append(aliases[spec]())
         else:
             raise ValueError(
-                f"unknown LLM proxy callback {spec!r}; use one of {sorted(CALLBACK_ALIASES)} or a ProxyCallback instance"
+                f"unknown LLM proxy {kind} {spec!r}; use one of {sorted(aliases)} or a {base.__name__} instance"
             )
     return resolved
+
+
+def resolve_callbacks(specs: Optional[Sequence[CallbackSpec]]) -> list[ProxyCallback]:
+    """Instances for aliases / instances (None = the defaults); unknown aliases name the known ones."""
+    return resolve_plugins(specs, DEFAULT_CALLBACKS, CALLBACK_ALIASES, ProxyCallback, "callback")

@@ -26,7 +26,7 @@ from .runtime import ProxyRuntime
 from .streaming import SSEResponseRecorder, response_to_sse_events
 from .translation import SSE_HEADERS, StreamTranslator, client_error_response, translated_answer
 
-__all__ = ["forward_call", "error_response", "RETRYABLE_STATUS_CODES", "ReleaseAtEnd"]
+__all__ = ["forward_call", "error_response", "backend_error_message", "RETRYABLE_STATUS_CODES", "ReleaseAtEnd"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ async def _send(runtime: ProxyRuntime, call: ProxyCall, deployments: list[Deploy
     )
 
 
-def _error_message(content: bytes, status_code: int) -> str:
+def backend_error_message(content: bytes, status_code: int) -> str:
+    """The message of a backend's error body (OpenAI's `{"error": {"message": ...}}`, else the body itself)."""
     try:
         body = json.loads(content)
     except (ValueError, RecursionError):
@@ -177,7 +178,7 @@ async def _unary(runtime: ProxyRuntime, call: ProxyCall, response: aiohttp.Clien
         except (ValueError, RecursionError):
             call.error = "the backend answered with a body that is not JSON"
     else:
-        call.error = _error_message(content, response.status)
+        call.error = backend_error_message(content, response.status)
     call.end_time = time.time()
     await runtime.finish(call)
     if call.translated:

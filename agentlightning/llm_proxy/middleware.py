@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, Union
 
 from .call import ProxyCall
+from .callbacks import resolve_plugins
 
 if TYPE_CHECKING:
     from .runtime import ProxyRuntime
@@ -118,15 +119,4 @@ MiddlewareSpec = Union[str, ProxyMiddleware]
 
 def resolve_middlewares(specs: Optional[Sequence[MiddlewareSpec]]) -> list[ProxyMiddleware]:
     """Instances for aliases / instances (None = the defaults); unknown aliases name the known ones."""
-    resolved: list[ProxyMiddleware] = []
-    for spec in DEFAULT_MIDDLEWARES if specs is None else specs:
-        if isinstance(spec, ProxyMiddleware):
-            resolved.append(spec)
-        elif isinstance(spec, str) and spec in MIDDLEWARE_ALIASES:
-            resolved.append(MIDDLEWARE_ALIASES[spec]())
-        else:
-            raise ValueError(
-                f"unknown LLM proxy middleware {spec!r}; use one of {sorted(MIDDLEWARE_ALIASES)} or a "
-                "ProxyMiddleware instance"
-            )
-    return resolved
+    return resolve_plugins(specs, DEFAULT_MIDDLEWARES, MIDDLEWARE_ALIASES, ProxyMiddleware, "middleware")

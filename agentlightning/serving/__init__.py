@@ -5,8 +5,9 @@ Names are resolved lazily: importing this package does not import torch, transfo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING
+
+from agentlightning._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .echo import EchoServer
@@ -17,21 +18,13 @@ if TYPE_CHECKING:
 
 __all__ = ["EchoServer", "PolicyServer", "PolicyEngine", "SamplingParams", "load_causal_lm", "load_smollm2"]
 
-_LAZY: Dict[str, str] = {
-    "EchoServer": "echo",
-    "PolicyServer": "server",
-    "PolicyEngine": "engine",
-    "SamplingParams": "sampling",
-    "load_causal_lm": "models",
-    "load_smollm2": "models",
+_LAZY: dict[str, str] = {
+    "EchoServer": ".echo",
+    "PolicyServer": ".server",
+    "PolicyEngine": ".engine",
+    "SamplingParams": ".sampling",
+    "load_causal_lm": ".models",
+    "load_smollm2": ".models",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

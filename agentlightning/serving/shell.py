@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from ..web.background import BackgroundServer
 from ..web.limits import DEFAULT_MAX_REQUEST_SIZE
 from ..web.pause import PauseGate
 from .protocol import ChatCompletionRequest
@@ -38,7 +38,7 @@ def run_sync(coroutine: Any) -> Any:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-class OpenAIServer:
+class OpenAIServer(BackgroundServer):
     """An OpenAI-compatible server on a background thread (see the module docstring).
 
     Args:
@@ -160,24 +160,6 @@ class OpenAIServer:
         if self._launcher is not None:
             await self._launcher.stop()
         await asyncio.to_thread(self._stopped)
-
-    def run_forever(self) -> None:
-        """Serve until interrupted (the `agl serve` command)."""
-        self.start()
-        try:
-            while self._launcher is not None and self._launcher.is_running():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
-
-    def __enter__(self) -> Any:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def build_openai_app(server: OpenAIServer) -> FastAPI:

@@ -1,6 +1,8 @@
 """LightningStore: the contract and its backends (the HTTP server and client live in `agentlightning.store_http`)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlightning._lazy import lazy_exports
 
 from .base import UNSET, LightningStore, LightningStoreCapabilities, LightningStoreStatistics, Unset
 from .collection import CollectionBasedLightningStore
@@ -37,10 +39,4 @@ _LAZY = {
     "PostgresLightningStore": ".postgres",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -298,6 +298,16 @@ def check_resources_reference(resources_id: Any) -> None:
 # ---- queries ----
 
 
+@dataclass(frozen=True)
+class Page:
+    """The sorting and paging of a `query_*` call, checked."""
+
+    sort_by: Optional[str]
+    sort_order: str
+    limit: int
+    offset: int
+
+
 def check_query(
     entity: str,
     sort_by: Optional[str],
@@ -305,12 +315,13 @@ def check_query(
     limit: int,
     offset: int,
     filter_logic: Optional[str] = None,
-) -> None:
-    """The arguments every `query_*` call shares; `filter_logic` only where the query takes one."""
+) -> Page:
+    """The arguments every `query_*` call shares, checked; `filter_logic` only where the query takes one."""
     if filter_logic is not None:
         check_filter_logic(filter_logic)
     check_sort(entity, sort_by, sort_order)
     check_pagination(limit, offset)
+    return Page(sort_by, sort_order, limit, offset)
 
 
 def rollout_query_filters(
@@ -334,6 +345,10 @@ def worker_status_filter(status_in: Optional[Sequence[str]]) -> Optional[list[st
     return list(status_in)
 
 
+SpanFieldFilters = tuple[tuple[str, Optional[str], Optional[str]], ...]
+"""`(field, exact, contains)` for each span field `query_spans` filters by."""
+
+
 def span_field_filters(
     trace_id: Optional[str],
     trace_id_contains: Optional[str],
@@ -343,8 +358,7 @@ def span_field_filters(
     parent_id_contains: Optional[str],
     name: Optional[str],
     name_contains: Optional[str],
-) -> tuple[tuple[str, Optional[str], Optional[str]], ...]:
-    """`(field, exact, contains)` for each span field `query_spans` can filter by."""
+) -> SpanFieldFilters:
     return (
         ("trace_id", trace_id, trace_id_contains),
         ("span_id", span_id, span_id_contains),

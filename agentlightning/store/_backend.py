@@ -2,7 +2,8 @@
 
 It owns the per-store machinery (clock, metrics, watchdog, completion waiters) and the public calls that
 only check their arguments and hand them to the backend; a backend supplies the steps below (`_enqueue_many`,
-`_dequeue`, `_finished`, `_next_sequence_ids`, `_put_resources`, `_scan_unhealthy`) and the other calls.
+`_dequeue`, `_finished`, `_next_sequence_ids`, `_put_resources`, `_scan_unhealthy`, the `_*_page` queries) and
+the other calls.
 """
 
 from __future__ import annotations
@@ -10,21 +11,26 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from agentlightning.types import (
     AttemptedRollout,
     EnqueueRolloutRequest,
     NamedResources,
+    PaginatedResult,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutStatus,
+    Span,
     TaskInput,
+    Worker,
+    WorkerStatus,
 )
 
 from . import _arguments as arguments
-from .base import LightningStore
+from .base import FilterLogic, LightningStore, SortOrder
 from .tracking import register_store_metrics, tracked
 from .utils import Clock
 from .waiters import CompletionWaiters, QueueWaiters, dequeue_when_available, wait_until_finished
@@ -80,6 +86,40 @@ class BackendLightningStore(LightningStore):
     @abstractmethod
     async def _put_resources(self, resources_id: Optional[str], resources: NamedResources) -> ResourcesUpdate:
         """Create (under a new id when None) or replace a resources bundle and make it the latest."""
+
+    @abstractmethod
+    async def _rollouts_page(
+        self,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
+        statuses: Optional[list[str]],
+        ids: Optional[list[str]],
+        id_contains: Optional[str],
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        """One page of the rollouts that match (each with its latest attempt, when it has one)."""
+
+    @abstractmethod
+    async def _spans_page(
+        self,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
+        rollout_id: str,
+        attempt_id: Optional[str],
+        fields: arguments.SpanFieldFilters,
+    ) -> PaginatedResult[Span]:
+        """One page of a rollout's spans that match; `attempt_id` may be None (all), "latest", or an id."""
+
+    @abstractmethod
+    async def _resources_page(
+        self, page: arguments.Page, resources_id: Optional[str], id_contains: Optional[str]
+    ) -> PaginatedResult[ResourcesUpdate]:
+        """One page of the resources bundles that match."""
+
+    @abstractmethod
+    async def _workers_page(
+        self, page: arguments.Page, filter_logic: FilterLogic, statuses: Optional[list[str]], id_contains: Optional[str]
+    ) -> PaginatedResult[Worker]:
+        """One page of the workers that match."""
 
     # ---- the calls that only check arguments ----
 
@@ -184,3 +224,85 @@ class BackendLightningStore(LightningStore):
         arguments.check_resources_id(resources_id)
         arguments.check_resources(resources)
         return await self._put_resources(resources_id, resources)
+
+    # ---- queries: checked here, answered by the backend ----
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Optional[Sequence[RolloutStatus]] = None,
+        rollout_id_in: Optional[Sequence[str]] = None,
+        rollout_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+        status: Optional[Sequence[RolloutStatus]] = None,
+        rollout_ids: Optional[Sequence[str]] = None,
+    ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
+        page = arguments.check_query("rollout", sort_by, sort_order, limit, offset, filter_logic)
+        statuses, ids = arguments.rollout_query_filters(status_in, status, rollout_id_in, rollout_ids)
+        return await self._rollouts_page(page, filter_logic, statuses, ids, rollout_id_contains)
+
+    @tracked("spans")
+    @healthcheck_before
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: Optional[str] = None,
+        *,
+        trace_id: Optional[str] = None,
+        trace_id_contains: Optional[str] = None,
+        span_id: Optional[str] = None,
+        span_id_contains: Optional[str] = None,
+        parent_id: Optional[str] = None,
+        parent_id_contains: Optional[str] = None,
+        name: Optional[str] = None,
+        name_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        page = arguments.check_query("span", sort_by, sort_order, limit, offset, filter_logic)
+        fields = arguments.span_field_filters(
+            trace_id, trace_id_contains, span_id, span_id_contains, parent_id, parent_id_contains, name, name_contains
+        )
+        return await self._spans_page(page, filter_logic, rollout_id, attempt_id, fields)
+
+    @tracked("resources")
+    @healthcheck_before
+    async def query_resources(
+        self,
+        *,
+        resources_id: Optional[str] = None,
+        resources_id_contains: Optional[str] = None,
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        page = arguments.check_query("resources", sort_by, sort_order, limit, offset)
+        return await self._resources_page(page, resources_id, resources_id_contains)
+
+    @tracked("workers")
+    @healthcheck_before
+    async def query_workers(
+        self,
+        *,
+        status_in: Optional[Sequence[WorkerStatus]] = None,
+        worker_id_contains: Optional[str] = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: Optional[str] = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        page = arguments.check_query("worker", sort_by, sort_order, limit, offset, filter_logic)
+        return await self._workers_page(
+            page, filter_logic, arguments.worker_status_filter(status_in), worker_id_contains
+        )

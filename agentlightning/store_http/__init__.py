@@ -6,7 +6,9 @@ The REST API lives under `/v1/agl` (one router per noun in `routes/`), OTLP/HTTP
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlightning._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .client import LightningStoreClient
@@ -44,10 +46,4 @@ _LAZY = {
     "LightningStoreUnavailableError": ".errors",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

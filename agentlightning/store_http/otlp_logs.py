@@ -22,8 +22,8 @@ from agentlightning.utils.otlp import (
     _any_value,  # pyright: ignore[reportPrivateUsage]
     _attributes,  # pyright: ignore[reportPrivateUsage]
     _seconds,  # pyright: ignore[reportPrivateUsage]
+    export_response,
     fix_json_ids,
-    is_protobuf_content_type,
     json_records,
     parse_export_request,
 )
@@ -95,13 +95,4 @@ def export_logs_response(content_type: str, rejected: int = 0, error_message: st
     """Body and media type of an `ExportLogsServiceResponse`, in the request's encoding."""
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-    if is_protobuf_content_type(content_type):
-        response = ExportLogsServiceResponse()
-        if rejected or error_message:
-            response.partial_success.rejected_log_records = rejected
-            response.partial_success.error_message = error_message
-        return response.SerializeToString(), "application/x-protobuf"
-    payload: dict[str, Any] = {}
-    if rejected or error_message:
-        payload["partialSuccess"] = {"rejectedLogRecords": str(rejected), "errorMessage": error_message}
-    return json.dumps(payload).encode(), "application/json"
+    return export_response(content_type, ExportLogsServiceResponse(), "rejected_log_records", rejected, error_message)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from ..web.background import BackgroundServer
 from .app import build_app
 from .config import TinkerConfig
 from .service import TinkerService
@@ -20,7 +20,7 @@ __all__ = ["TinkerServer"]
 logger = logging.getLogger(__name__)
 
 
-class TinkerServer:
+class TinkerServer(BackgroundServer):
     """Serve the Tinker API on `config.host:config.port`; `base_url` is what `tinker.ServiceClient` takes.
 
     With a `store`, every sampling session's calls are recorded as LLM spans there (`recording.py`).
@@ -57,23 +57,6 @@ class TinkerServer:
             _run(self._launcher.stop())
             self._launcher = None
         self.service.close()
-
-    def run_forever(self) -> None:
-        self.start()
-        try:
-            while self._launcher is not None and self._launcher.is_running():
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
-
-    def __enter__(self) -> TinkerServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def _run(coroutine: Any) -> Any:

@@ -26,6 +26,7 @@ __all__ = [
     "fix_json_ids",
     "json_records",
     "otlp_spans",
+    "export_response",
     "export_trace_response",
     "is_protobuf_content_type",
     "is_json_content_type",
@@ -283,17 +284,28 @@ def otlp_spans(request: Any) -> list[OtlpSpan]:
     return spans
 
 
+def export_response(
+    content_type: str, response: Any, rejected_field: str, rejected: int, error_message: str
+) -> tuple[bytes, str]:
+    """Body and media type of an OTLP export response (`response`, an empty message), in the request's encoding.
+
+    `rejected_field` is the partial-success count's protobuf name (`rejected_spans`); OTLP/JSON spells it in camelCase.
+    """
+    if is_protobuf_content_type(content_type):
+        if rejected or error_message:
+            setattr(response.partial_success, rejected_field, rejected)
+            response.partial_success.error_message = error_message
+        return response.SerializeToString(), "application/x-protobuf"
+    payload: dict[str, Any] = {}
+    if rejected or error_message:
+        head, *rest = rejected_field.split("_")
+        json_field = head + "".join(word.title() for word in rest)
+        payload["partialSuccess"] = {json_field: str(rejected), "errorMessage": error_message}
+    return json.dumps(payload).encode(), "application/json"
+
+
 def export_trace_response(content_type: str, rejected_spans: int = 0, error_message: str = "") -> tuple[bytes, str]:
     """Body and media type of an `ExportTraceServiceResponse`, in the request's encoding."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-    if is_protobuf_content_type(content_type):
-        response = ExportTraceServiceResponse()
-        if rejected_spans or error_message:
-            response.partial_success.rejected_spans = rejected_spans
-            response.partial_success.error_message = error_message
-        return response.SerializeToString(), "application/x-protobuf"
-    payload: dict[str, Any] = {}
-    if rejected_spans or error_message:
-        payload["partialSuccess"] = {"rejectedSpans": str(rejected_spans), "errorMessage": error_message}
-    return json.dumps(payload).encode(), "application/json"
+    return export_response(content_type, ExportTraceServiceResponse(), "rejected_spans", rejected_spans, error_message)

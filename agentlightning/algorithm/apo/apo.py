@@ -62,6 +62,13 @@ def _positive_int(name: str, value: int) -> int:
 T_task = TypeVar("T_task")
 
 
+_REPORTED_SETTINGS = (
+    "gradient_model", "apply_edit_model", "diversity_temperature", "gradient_batch_size", "val_batch_size",
+    "beam_width", "branch_factor", "beam_rounds", "rollout_batch_timeout", "run_initial_validation",
+)  # fmt: skip
+"""The APO settings written into the report's config, beside the meta-prompts' names and the seed."""
+
+
 class APO(Algorithm, Generic[T_task]):
     """Optimize the `PromptTemplate` in the trainer's initial resources with LLM critiques and edits.
 
@@ -523,17 +530,9 @@ class APO(Algorithm, Generic[T_task]):
     # ---- report ----
 
     def _config(self) -> dict[str, Any]:
+        settings = {name: getattr(self, name) for name in _REPORTED_SETTINGS}
         return {
-            "gradient_model": self.gradient_model,
-            "apply_edit_model": self.apply_edit_model,
-            "diversity_temperature": self.diversity_temperature,
-            "gradient_batch_size": self.gradient_batch_size,
-            "val_batch_size": self.val_batch_size,
-            "beam_width": self.beam_width,
-            "branch_factor": self.branch_factor,
-            "beam_rounds": self.beam_rounds,
-            "rollout_batch_timeout": self.rollout_batch_timeout,
-            "run_initial_validation": self.run_initial_validation,
+            **settings,
             "gradient_prompts": [p.name for p in self.gradient_meta_prompts],
             "apply_edit_prompts": [p.name for p in self.apply_edit_meta_prompts],
             "seed": self.seed,

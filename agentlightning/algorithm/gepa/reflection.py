@@ -11,7 +11,7 @@ iterations: rollouts run, reflection tokens, dollars, iterations; a fatal error 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..apo.llm import LLMCallError, RetryPolicy, chat_completion
@@ -45,8 +45,9 @@ class ReflectionUsage:
         return self.input_tokens + self.output_tokens
 
 
+@dataclass(eq=False)
 class ReflectionModel:
-    """gepa's `LanguageModel`: one chat completion per call, on `loop`, with usage and cost accounting.
+    """gepa's `LanguageModel`: one chat completion per call, on `bridge`'s loop, with usage and cost accounting.
 
     Args:
         client: `openai.AsyncOpenAI` of any OpenAI-compatible server.
@@ -54,29 +55,22 @@ class ReflectionModel:
         bridge: carries the calls from gepa's thread to the algorithm's event loop.
         temperature: sampling temperature (None: the server's default).
         price_per_million_input_tokens / price_per_million_output_tokens: dollars, for `usage.dollars`.
-        retry: how transient failures are retried.
+        retry: how transient failures are retried (None: `RetryPolicy()`).
     """
 
-    def __init__(
-        self,
-        client: AsyncOpenAI,
-        model: str,
-        bridge: LoopBridge,
-        *,
-        temperature: Optional[float] = None,
-        price_per_million_input_tokens: Optional[float] = None,
-        price_per_million_output_tokens: Optional[float] = None,
-        retry: Optional[RetryPolicy] = None,
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.bridge = bridge
-        self.temperature = temperature
-        self.input_price = price_per_million_input_tokens
-        self.output_price = price_per_million_output_tokens
-        self.retry = retry or RetryPolicy()
-        self.usage = ReflectionUsage()
-        self.fatal_error: Optional[LLMCallError] = None
+    client: AsyncOpenAI
+    model: str
+    bridge: LoopBridge
+    _: KW_ONLY
+    temperature: Optional[float] = None
+    price_per_million_input_tokens: Optional[float] = None
+    price_per_million_output_tokens: Optional[float] = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    usage: ReflectionUsage = field(default_factory=ReflectionUsage, init=False)
+    fatal_error: Optional[LLMCallError] = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.retry = self.retry or RetryPolicy()  # callers may pass retry=None for the default
 
     @property
     def total_cost(self) -> float:
@@ -111,29 +105,23 @@ class ReflectionModel:
         self.usage.input_tokens += input_tokens
         self.usage.output_tokens += output_tokens
         self.usage.dollars += (
-            input_tokens * (self.input_price or 0.0) + output_tokens * (self.output_price or 0.0)
+            input_tokens * (self.price_per_million_input_tokens or 0.0)
+            + output_tokens * (self.price_per_million_output_tokens or 0.0)
         ) / 1e6
         return reply.text
 
 
+@dataclass(eq=False)
 class Budget:
     """gepa's stop condition: true once a limit is reached (checked between iterations); `reason` says which."""
 
-    def __init__(
-        self,
-        reflection: ReflectionModel,
-        *,
-        max_rollouts: Optional[int] = None,
-        max_reflection_tokens: Optional[int] = None,
-        max_reflection_dollars: Optional[float] = None,
-        max_iterations: Optional[int] = None,
-    ) -> None:
-        self.reflection = reflection
-        self.max_rollouts = max_rollouts
-        self.max_reflection_tokens = max_reflection_tokens
-        self.max_reflection_dollars = max_reflection_dollars
-        self.max_iterations = max_iterations
-        self.reason: Optional[str] = None
+    reflection: ReflectionModel
+    _: KW_ONLY
+    max_rollouts: Optional[int] = None
+    max_reflection_tokens: Optional[int] = None
+    max_reflection_dollars: Optional[float] = None
+    max_iterations: Optional[int] = None
+    reason: Optional[str] = field(default=None, init=False)
 
     def __call__(self, gepa_state: GEPAState) -> bool:
         self.reason = self.exhausted(gepa_state.total_num_evals, gepa_state.i + 1)

@@ -21,11 +21,9 @@ from agentlightning.types import (
     Rollout,
     RolloutConfig,
     RolloutMode,
-    RolloutStatus,
     Span,
     TaskInput,
     Worker,
-    WorkerStatus,
 )
 from agentlightning.types.resources import validate_named_resources
 
@@ -146,36 +144,26 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             rollout = await self._require_rollout(c, rollout_id)
             return await self._new_attempt(c, rollout, worker_id, self._now())
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def query_rollouts(
+    async def _rollouts_page(
         self,
-        *,
-        status_in: Optional[Sequence[RolloutStatus]] = None,
-        rollout_id_in: Optional[Sequence[str]] = None,
-        rollout_id_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-        status: Optional[Sequence[RolloutStatus]] = None,
-        rollout_ids: Optional[Sequence[str]] = None,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
+        statuses: Optional[list[str]],
+        ids: Optional[list[str]],
+        id_contains: Optional[str],
     ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-        arguments.check_query("rollout", sort_by, sort_order, limit, offset, filter_logic)
-        statuses, ids = arguments.rollout_query_filters(status_in, status, rollout_id_in, rollout_ids)
         filters: dict[str, Any] = {"_aggregate": filter_logic}
         if statuses is not None:
             filters["status"] = {"within": statuses}
         if ids is not None:
             filters["rollout_id"] = {"within": ids}
-        if rollout_id_contains is not None:
-            filters["rollout_id"] = {**filters.get("rollout_id", {}), "contains": rollout_id_contains}
+        if id_contains is not None:
+            filters["rollout_id"] = {**filters.get("rollout_id", {}), "contains": id_contains}
         async with self._reads() as c:
-            page = await c.rollouts.query(filters, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
-            items = await self._with_latest_attempts(c, page.items)
+            found = await c.rollouts.query(filters, **_sorting(page))
+            items = await self._with_latest_attempts(c, found.items)
         return PaginatedResult[Union[Rollout, AttemptedRollout]].model_construct(
-            items=items, limit=limit, offset=offset, total=page.total
+            items=items, limit=page.limit, offset=page.offset, total=found.total
         )
 
     @tracked("rollouts")
@@ -303,32 +291,16 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
                 await self._require_rollout(c, rollout_id)
             return [await c.span_sequence_ids.inc(rollout_id) for rollout_id, _ in pairs]
 
-    @tracked("spans")
-    @healthcheck_before
-    async def query_spans(
+    async def _spans_page(
         self,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
         rollout_id: str,
-        attempt_id: Optional[str] = None,
-        *,
-        trace_id: Optional[str] = None,
-        trace_id_contains: Optional[str] = None,
-        span_id: Optional[str] = None,
-        span_id_contains: Optional[str] = None,
-        parent_id: Optional[str] = None,
-        parent_id_contains: Optional[str] = None,
-        name: Optional[str] = None,
-        name_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: Optional[str] = "sequence_id",
-        sort_order: SortOrder = "asc",
+        attempt_id: Optional[str],
+        fields: arguments.SpanFieldFilters,
     ) -> PaginatedResult[Span]:
-        arguments.check_query("span", sort_by, sort_order, limit, offset, filter_logic)
         filters: dict[str, Any] = {"_aggregate": filter_logic}
-        for field, exact, contains in arguments.span_field_filters(
-            trace_id, trace_id_contains, span_id, span_id_contains, parent_id, parent_id_contains, name, name_contains
-        ):
+        for field, exact, contains in fields:
             condition: dict[str, Any] = {}
             if exact is not None:
                 condition["exact"] = exact
@@ -342,12 +314,12 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             if attempt_id == "latest":
                 latest = await self._latest_attempt(c, rollout_id)
                 if latest is None:
-                    return PaginatedResult[Span](items=[], limit=limit, offset=offset, total=0)
+                    return PaginatedResult[Span](items=[], limit=page.limit, offset=page.offset, total=0)
                 must["attempt_id"] = {"exact": latest.attempt_id}
             elif attempt_id is not None:
                 must["attempt_id"] = {"exact": attempt_id}
             filters["_must"] = must
-            return await c.spans.query(filters, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+            return await c.spans.query(filters, **_sorting(page))
 
     # ---- resources ----
 
@@ -387,57 +359,35 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             found = await c.resources.get(latest_id) if latest_id is not None else None
         return found.model_copy() if found is not None else None
 
-    @tracked("resources")
-    @healthcheck_before
-    async def query_resources(
-        self,
-        *,
-        resources_id: Optional[str] = None,
-        resources_id_contains: Optional[str] = None,
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
+    async def _resources_page(
+        self, page: arguments.Page, resources_id: Optional[str], id_contains: Optional[str]
     ) -> PaginatedResult[ResourcesUpdate]:
-        arguments.check_query("resources", sort_by, sort_order, limit, offset)
         condition: dict[str, Any] = {}
         if resources_id is not None:
             condition["exact"] = resources_id
-        if resources_id_contains is not None:
-            condition["contains"] = resources_id_contains
+        if id_contains is not None:
+            condition["contains"] = id_contains
         filters: FilterOptions = {"resources_id": condition} if condition else {}
         async with self._reads() as c:
-            page = await c.resources.query(filters, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+            found = await c.resources.query(filters, **_sorting(page))
         return PaginatedResult[ResourcesUpdate].model_construct(
-            items=[r.model_copy() for r in page.items], limit=limit, offset=offset, total=page.total
+            items=[r.model_copy() for r in found.items], limit=page.limit, offset=page.offset, total=found.total
         )
 
     # ---- workers ----
 
-    @tracked("workers")
-    @healthcheck_before
-    async def query_workers(
-        self,
-        *,
-        status_in: Optional[Sequence[WorkerStatus]] = None,
-        worker_id_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
+    async def _workers_page(
+        self, page: arguments.Page, filter_logic: FilterLogic, statuses: Optional[list[str]], id_contains: Optional[str]
     ) -> PaginatedResult[Worker]:
-        arguments.check_query("worker", sort_by, sort_order, limit, offset, filter_logic)
-        statuses = arguments.worker_status_filter(status_in)
         filters: dict[str, Any] = {"_aggregate": filter_logic}
         if statuses is not None:
             filters["status"] = {"within": statuses}
-        if worker_id_contains is not None:
-            filters["worker_id"] = {"contains": worker_id_contains}
+        if id_contains is not None:
+            filters["worker_id"] = {"contains": id_contains}
         async with self._reads() as c:
-            page = await c.workers.query(filters, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+            found = await c.workers.query(filters, **_sorting(page))
         return PaginatedResult[Worker].model_construct(
-            items=[w.model_copy() for w in page.items], limit=limit, offset=offset, total=page.total
+            items=[w.model_copy() for w in found.items], limit=page.limit, offset=page.offset, total=found.total
         )
 
     @tracked("workers")
@@ -471,3 +421,8 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
                 total_workers=await c.workers.size(),
                 uptime=self._now() - self._started_at,
             )
+
+
+def _sorting(page: arguments.Page) -> dict[str, Any]:
+    """A collection query's sorting and paging arguments."""
+    return {"sort_by": page.sort_by, "sort_order": page.sort_order, "limit": page.limit, "offset": page.offset}

@@ -20,11 +20,9 @@ from agentlightning.types import (
     Rollout,
     RolloutConfig,
     RolloutMode,
-    RolloutStatus,
     Span,
     TaskInput,
     Worker,
-    WorkerStatus,
 )
 from agentlightning.types.resources import validate_named_resources
 
@@ -222,30 +220,20 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._write(step)
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def query_rollouts(
+    async def _rollouts_page(
         self,
-        *,
-        status_in: Optional[Sequence[RolloutStatus]] = None,
-        rollout_id_in: Optional[Sequence[str]] = None,
-        rollout_id_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-        status: Optional[Sequence[RolloutStatus]] = None,
-        rollout_ids: Optional[Sequence[str]] = None,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
+        statuses: Optional[list[str]],
+        ids: Optional[list[str]],
+        id_contains: Optional[str],
     ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-        arguments.check_query("rollout", sort_by, sort_order, limit, offset, filter_logic)
-        statuses, ids = arguments.rollout_query_filters(status_in, status, rollout_id_in, rollout_ids)
         where = Where(self._engine.dialect, filter_logic)
         where.field(where.within("r.status", statuses))
-        where.field(where.within("r.rollout_id", ids), where.contains("r.rollout_id", rollout_id_contains))
+        where.field(where.within("r.rollout_id", ids), where.contains("r.rollout_id", id_contains))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
-            return await reads.rollouts_page(st, where, sort_by, sort_order, limit, offset)
+            return await reads.rollouts_page(st, where, page.sort_by, page.sort_order, page.limit, page.offset)
 
         return await self._read(step)
 
@@ -382,36 +370,22 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._write(step)
 
-    @tracked("spans")
-    @healthcheck_before
-    async def query_spans(
+    async def _spans_page(
         self,
+        page: arguments.Page,
+        filter_logic: FilterLogic,
         rollout_id: str,
-        attempt_id: Optional[str] = None,
-        *,
-        trace_id: Optional[str] = None,
-        trace_id_contains: Optional[str] = None,
-        span_id: Optional[str] = None,
-        span_id_contains: Optional[str] = None,
-        parent_id: Optional[str] = None,
-        parent_id_contains: Optional[str] = None,
-        name: Optional[str] = None,
-        name_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: Optional[str] = "sequence_id",
-        sort_order: SortOrder = "asc",
+        attempt_id: Optional[str],
+        fields: arguments.SpanFieldFilters,
     ) -> PaginatedResult[Span]:
-        arguments.check_query("span", sort_by, sort_order, limit, offset, filter_logic)
         where = Where(self._engine.dialect, filter_logic)
-        for column, exact, contains in arguments.span_field_filters(
-            trace_id, trace_id_contains, span_id, span_id_contains, parent_id, parent_id_contains, name, name_contains
-        ):
+        for column, exact, contains in fields:
             where.field(where.exact(column, exact), where.contains(column, contains))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Span]:
-            return await reads.spans_page(st, rollout_id, attempt_id, where, sort_by, sort_order, limit, offset)
+            return await reads.spans_page(
+                st, rollout_id, attempt_id, where, page.sort_by, page.sort_order, page.limit, page.offset
+            )
 
         return await self._read(step)
 
@@ -446,50 +420,28 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._read(step)
 
-    @tracked("resources")
-    @healthcheck_before
-    async def query_resources(
-        self,
-        *,
-        resources_id: Optional[str] = None,
-        resources_id_contains: Optional[str] = None,
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
+    async def _resources_page(
+        self, page: arguments.Page, resources_id: Optional[str], id_contains: Optional[str]
     ) -> PaginatedResult[ResourcesUpdate]:
-        arguments.check_query("resources", sort_by, sort_order, limit, offset)
         where = Where(self._engine.dialect)
-        where.field(where.exact("resources_id", resources_id), where.contains("resources_id", resources_id_contains))
+        where.field(where.exact("resources_id", resources_id), where.contains("resources_id", id_contains))
 
         async def step(st: StoreTransaction) -> PaginatedResult[ResourcesUpdate]:
-            return await reads.resources_page(st, where, sort_by, sort_order, limit, offset)
+            return await reads.resources_page(st, where, page.sort_by, page.sort_order, page.limit, page.offset)
 
         return await self._read(step)
 
     # ---- workers ----
 
-    @tracked("workers")
-    @healthcheck_before
-    async def query_workers(
-        self,
-        *,
-        status_in: Optional[Sequence[WorkerStatus]] = None,
-        worker_id_contains: Optional[str] = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: Optional[str] = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
+    async def _workers_page(
+        self, page: arguments.Page, filter_logic: FilterLogic, statuses: Optional[list[str]], id_contains: Optional[str]
     ) -> PaginatedResult[Worker]:
-        arguments.check_query("worker", sort_by, sort_order, limit, offset, filter_logic)
-        statuses = arguments.worker_status_filter(status_in)
         where = Where(self._engine.dialect, filter_logic)
         where.field(where.within("status", statuses))
-        where.field(where.contains("worker_id", worker_id_contains))
+        where.field(where.contains("worker_id", id_contains))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Worker]:
-            return await reads.workers_page(st, where, sort_by, sort_order, limit, offset)
+            return await reads.workers_page(st, where, page.sort_by, page.sort_order, page.limit, page.offset)
 
         return await self._read(step)
 
