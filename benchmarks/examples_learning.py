@@ -12,7 +12,7 @@ machine under the heavy-job lock):
 
     flock /tmp/agl-heavy.lock timeout 1500 python benchmarks/examples_learning.py --framework pydantic_ai \
         --seeds 0 1 2 --time-budget 360 --output-dir runs/learn   # the measured runs (docs/examples.md)
-    python benchmarks/examples_learning.py --framework langgraph --temperature 0.5   # cooler sampling for SQL (docs)
+    python benchmarks/examples_learning.py --framework langgraph --seeds 0 1 2   # samples at its own 0.5
     python benchmarks/examples_learning.py --framework all --seeds 0 1 2 --json runs/examples_learning.json
     python benchmarks/examples_learning.py --quick   # a smoke run of the harness (tiny steps; not a measurement)
 
@@ -50,6 +50,8 @@ class Example:
     agent: Callable[[], Any]
     max_tokens: int
     rft_threshold: float
+    temperature: float = 1.0
+    """Sampling temperature of the warm start, GRPO and the sampled evaluations (`--temperature` overrides)."""
 
 
 def _pydantic_ai() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
@@ -59,7 +61,7 @@ def _pydantic_ai() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
 
 
 def _langgraph() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    from sql_graph import load_questions
+    from sql_tasks import load_questions
 
     questions = load_questions()
     return [q for q in questions if q["split"] == "train"], [q for q in questions if q["split"] == "val"]
@@ -90,20 +92,22 @@ EXAMPLES: Dict[str, Example] = {
         Example(
             "openai_agents",
             "openai_agents_rag",
-            "rag over an MCP search server (answer F1 = 1)",
+            "rag over an MCP search server: an islander's boat (answer F1 = 1)",
             _openai_agents,
             _agent("kestrel_agent", "agents_sdk_rag_agent"),
             48,
             0.5,
+            temperature=0.7,
         ),
         Example(
             "langgraph",
             "langgraph_spider",
-            "text-to-SQL, write/check/rewrite (execution match)",
+            "text-to-SQL over one small table, write/check/rewrite (execution match)",
             _langgraph,
             _agent("sql_graph", "langgraph_sql_agent"),
-            96,
+            48,
             1.0,
+            temperature=0.5,
         ),
     )
 }
@@ -121,7 +125,7 @@ def demo_args(example: Example, options: argparse.Namespace, seed: int, output_d
         "--rft-threshold", str(example.rft_threshold), "--sampled-evals", "ends",
         "--batch-size", str(options.batch_size), "--group-size", str(options.group_size),
         "--rft-tasks", str(options.rft_tasks), "--rft-group-size", str(options.rft_group_size),
-        "--temperature", str(options.temperature),
+        "--temperature", str(example.temperature if options.temperature is None else options.temperature),
     ]  # fmt: skip
     if options.quick:
         argv.append("--quick")
@@ -168,6 +172,7 @@ def run_one(
         "framework": example.framework,
         "task": example.task,
         "seed": seed,
+        "temperature": args.temperature,
         "held_out_tasks": len(val),
         "greedy_before": round(before.get("greedy_exact", 0.0), 4),
         "greedy_after": round(after.get("greedy_exact", 0.0), 4),
@@ -233,7 +238,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--rft-tasks", type=int, default=16, help="warm start: tasks sampled per round")
     parser.add_argument("--rft-group-size", type=int, default=8, help="warm start: rollouts per task")
     parser.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature of the warm start, GRPO and sampled evals"
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature of the warm start, GRPO and sampled evals (default: the example's: langgraph 0.5, openai_agents 0.7)",
     )
     parser.add_argument("--output-dir", default="runs/examples_learning")
     parser.add_argument("--json", default=None, help="also write the runs and the table to this JSON file")

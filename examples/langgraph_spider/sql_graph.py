@@ -1,4 +1,4 @@
-"""A LangGraph text-to-SQL agent (write -> check -> rewrite) over the spider example's SQLite databases.
+"""A LangGraph text-to-SQL agent (write -> check -> rewrite) over small SQLite tables (`sql_tasks.py`).
 
 The agent is written the way LangGraph's docs write one: a typed state, a `StateGraph` whose nodes are
 functions, a conditional edge, and a LangChain `ChatOpenAI` model pointed at the `LLM` resource's
@@ -8,10 +8,12 @@ endpoint. The graph:
                  ^  \\--(otherwise)-->  rewrite
                  '----------------------'
 
-`write` asks for a query from the schema and the question; `check` runs it on a fresh in-memory copy of
-the database; `rewrite` shows the model the rows (or the SQLite error) and asks it to keep or fix the
-query. The data, prompts and execution-match reward are `examples/spider`'s. The only agentlightning
-parts are the `@agl.rollout` decorator and the returned reward.
+`write` asks for a query from the table's schema and the question; `check` runs it on a fresh in-memory
+copy of the database; `rewrite` shows the model the rows (or the SQLite error) and asks it to keep or fix
+the query. The prompts and the execution-match reward are `examples/spider`'s; the questions are sized
+for a 135M model (`sql_tasks.py`: one small table each, four question families, held-out tables never
+trained on), and one rewrite is allowed. The only agentlightning parts are the `@agl.rollout` decorator
+and the returned reward.
 """
 
 from __future__ import annotations
@@ -27,25 +29,19 @@ from langgraph.graph import END, START, StateGraph
 import agentlightning as agl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spider"))
-from sql_agent import (  # noqa: E402
-    CHECK_PROMPT,
-    SEED_PROMPT,
-    describe_outcome,
-    execution_match,
-    extract_sql,
-    load_questions,
-    schema_text,
-)
+from sql_agent import CHECK_PROMPT, SEED_PROMPT, extract_sql  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sql_tasks import describe_outcome, execution_match, load_questions, schema_text  # noqa: E402
 
 __all__ = ["SqlState", "build_graph", "langgraph_sql_agent", "load_questions", "MAX_REWRITES"]
 
-MAX_REWRITES = 2
+MAX_REWRITES = 1
 
 
 class SqlState(TypedDict):
     """The graph's state: the conversation so far, every query written, and whether the last was kept."""
 
-    db: str
     messages: List[BaseMessage]
     queries: List[Optional[str]]
     kept: bool
@@ -59,7 +55,7 @@ def build_graph(chat: ChatOpenAI, max_rewrites: int = MAX_REWRITES) -> Any:
         return {"messages": [*state["messages"], reply], "queries": [extract_sql(str(reply.content))]}
 
     def check(state: SqlState) -> Dict[str, Any]:
-        outcome = describe_outcome(state["db"], state["queries"][-1])
+        outcome = describe_outcome(state["queries"][-1])
         return {"messages": [*state["messages"], HumanMessage(CHECK_PROMPT.format(outcome=outcome))]}
 
     def rewrite(state: SqlState) -> Dict[str, Any]:
@@ -101,11 +97,9 @@ def langgraph_sql_agent(task: Dict[str, Any], llm: agl.LLM) -> float:
         max_tokens=sampling.get("max_tokens", 128),  # type: ignore[call-arg]
         max_retries=0,
     )
-    prompt = SEED_PROMPT.format(schema=schema_text(task["db"]), question=task["question"])
-    state = build_graph(chat).invoke(
-        {"db": task["db"], "messages": [HumanMessage(prompt)], "queries": [], "kept": False}
-    )
+    prompt = SEED_PROMPT.format(schema=schema_text(task["table"]), question=task["question"])
+    state = build_graph(chat).invoke({"messages": [HumanMessage(prompt)], "queries": [], "kept": False})
     queries: List[Optional[str]] = state["queries"]
     turns = sum(isinstance(m, AIMessage) for m in state["messages"])
     agl.emit_object({"queries": queries, "turns": turns})
-    return execution_match(task["db"], final_query(queries), task["sql"])
+    return execution_match(final_query(queries), task["sql"])

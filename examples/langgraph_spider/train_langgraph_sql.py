@@ -4,10 +4,10 @@ Run (from the repository root):
 
     python examples/langgraph_spider/train_langgraph_sql.py --quick
         # offline smoke run in seconds: a scripted stand-in model first writes a query with a wrong table
-        # name, the graph's check node shows it the SQLite error, it rewrites it and keeps it; 4 questions
+        # name, the graph's check node shows it the SQLite error, and it rewrites it; 4 held-out questions
     agl serve --model smollm2 --port 8000 &   # then:
     python examples/langgraph_spider/train_langgraph_sql.py --base-url http://127.0.0.1:8000/v1 --model smollm2
-        # evaluate SmolLM2-135M-Instruct (greedy) on the 6 held-out questions
+        # evaluate SmolLM2-135M-Instruct (greedy) on the 16 held-out questions
     python benchmarks/examples_learning.py --framework langgraph --seeds 0
         # train SmolLM2 with the RFT warm start and GRPO (the `train` extra), held-out accuracy before/after
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spider"))  # its data, reward and stand-in
-from sql_agent import load_questions  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spider"))  # its stand-in model
 from sql_graph import langgraph_sql_agent  # noqa: E402
+from sql_tasks import load_questions  # noqa: E402
 from train_spider import scripted_model as spider_stand_in  # noqa: E402
 
 import agentlightning as agl  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 held-out questions, scripted stand-in model")
     parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default: the scripted model)")
     parser.add_argument("--model", default="smollm2", help="model name at --base-url")
-    parser.add_argument("--limit", type=int, default=6, help="held-out questions to evaluate")
+    parser.add_argument("--limit", type=int, default=16, help="held-out questions to evaluate")
     parser.add_argument("--n-runners", type=int, default=2)
     args = parser.parse_args()
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)

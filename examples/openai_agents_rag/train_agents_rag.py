@@ -39,8 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def scripted_model(request: Dict[str, Any]) -> Any:
     """The offline stand-in: search with the question; answer with the reference answer if the passages hold it."""
     messages = request["messages"]
-    question = next(str(m["content"]) for m in messages if m.get("role") == "user")
-    tool_results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+    last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")  # after the worked turns
+    question = str(messages[last_user]["content"])
+    tool_results = [str(m.get("content")) for m in messages[last_user:] if m.get("role") == "tool"]
     if not tool_results:
         return {"content": "", "tool_calls": [{"name": "search", "arguments": {"query": question}}]}
     answers = {q["question"]: q["answer"] for q in load_questions("train") + load_questions("val")}

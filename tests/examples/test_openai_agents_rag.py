@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import importlib
 import json
@@ -17,19 +18,30 @@ sys.path.insert(0, str(ROOT / "examples" / "openai_agents_rag"))
 kestrel_agent = importlib.import_module("kestrel_agent")
 
 QUESTIONS = {q["question"]: q for q in kestrel_agent.load_questions("train") + kestrel_agent.load_questions("val")}
-RIGHT = QUESTIONS["Who designed the Greywatch Lighthouse?"]
-WRONG = QUESTIONS["How high is Mount Corrie?"]
+RIGHT = QUESTIONS["What is the name of Rowan Hale's boat?"]
+WRONG = QUESTIONS["What is the name of Sorcha Wilde's boat?"]
+
+
+def test_held_out_islanders_are_never_trained_on_and_the_worked_turns_ask_about_neither() -> None:
+    train, val = kestrel_agent.load_questions("train"), kestrel_agent.load_questions("val")
+    assert (len(train), len(val)) == (16, 8)
+    assert not {q["answer"] for q in train} & {q["answer"] for q in val}
+    worked = {str(item["content"]) for item in kestrel_agent.WORKED_TURNS if item.get("role") == "user"}
+    assert len(worked) == 2 and not worked & set(QUESTIONS)
 
 
 def test_mcp_search_server_process_lists_and_runs_the_tool() -> None:
     async def talk() -> tuple[list[str], str]:
         async with kestrel_agent.search_server() as server:
             tools = await server.list_tools()
-            result = await server.call_tool("search", {"query": "Greywatch Lighthouse designer"})
+            result = await server.call_tool("search", {"query": "Rowan Hale boat"})
             return [t.name for t in tools], "".join(getattr(block, "text", "") for block in result.content)
 
     names, text = asyncio.run(talk())
-    assert names == ["search"] and "Tobias Wren" in text and text.startswith("[lighthouse")
+    assert (
+        names == ["search"]
+        and text == f"[boat-blue-lark] Rowan Hale fishes from Kestrel Isle in a boat named the {RIGHT['answer']}."
+    )
 
 
 @pytest.mark.slow
@@ -42,10 +54,11 @@ def test_quick_run_searches_over_mcp_then_answers() -> None:
         timeout=240,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    rollouts = re.findall(r"^  \[val\] (.+?) searches=\['(.+)'\] answer='(.+)' F1=1\.0$", completed.stdout, re.M)
+    rollouts = re.findall(r"^  \[val\] (.+?) searches=(\[.+\]) answer=(.+) F1=1\.0$", completed.stdout, re.M)
     assert len(rollouts) == 2
-    for question, search, answer in rollouts:
-        assert json.loads(search) == {"query": question} and answer == QUESTIONS[question]["answer"]
+    for question, searches, answer in rollouts:
+        (search,) = ast.literal_eval(searches)
+        assert json.loads(search) == {"query": question} and ast.literal_eval(answer) == QUESTIONS[question]["answer"]
     assert "val exact accuracy: 1.000 over 2 questions" in completed.stdout
 
 
@@ -73,4 +86,5 @@ def test_the_sdk_calls_through_mcp_are_triplets_with_exact_tokens_once_and_the_r
         assert_every_call_captured_once(captured)
     tokenizer = importlib.import_module("tests.support.tiny_model").tiny_tokenizer()
     answer_prompt = tokenizer.decode(right.calls[1][0])
-    assert '"name": "search"' in answer_prompt and "Tobias Wren" in answer_prompt.rsplit("<|im_start|>tool", 1)[-1]
+    assert answer_prompt.count('"name": "search"') == 4  # the tool schema, the worked turns' calls, its own
+    assert RIGHT["answer"] in answer_prompt.rsplit("<|im_start|>tool", 1)[-1]
