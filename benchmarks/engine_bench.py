@@ -36,6 +36,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 SHAPES: Dict[str, Dict[str, Any]] = {
+    "tiny-shape": dict(  # for smoke tests of the benchmarks
+        arch="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    ),
     "smollm2-shape": dict(
         arch="llama",
         hidden_size=576,

@@ -62,8 +62,11 @@ class PolicyEngine(Admission):
         prefix_cache_entries: token prefixes whose KV cache is kept for reuse (0 turns reuse off).
         adapters: LoRA adapters of a peft model that requests may select.
         cuda_graphs: replay decode steps as CUDA graphs (default: on CUDA).
-        compile: `torch.compile` the model for decode steps (fuses kernels: fewer, faster graph nodes; the
-            first steps compile, tens of seconds). The served model must not be trained in this process.
+        compile: True (or "regional"): `torch.compile` one fused decoder layer's two halves, reused by
+            every layer (`regional.py`; compiled at `start`, the time logged); "model": the whole forward
+            (the first steps compile, minutes for a 30-layer model). False: eager.
+        fuse: fused projections (`fused.py`: q/k/v as one matmul, gate/up as one) for Llama/Qwen2/Qwen3
+            layers; None: on (other models keep their own layers, with the reason logged).
         max_prefill_tokens: padded prompt tokens per prefill pass (longer admissions are split).
         deterministic: one request at a time, no prefix cache, content-derived seeds (module docstring).
     """
@@ -80,7 +83,8 @@ class PolicyEngine(Admission):
         prefix_cache_entries: int = 16,
         adapters: Sequence[str] = (),
         cuda_graphs: Optional[bool] = None,
-        compile: bool = False,
+        compile: Union[bool, str] = False,
+        fuse: Optional[bool] = None,
         max_prefill_tokens: int = 8192,
         deterministic: bool = False,
     ) -> None:
@@ -101,6 +105,7 @@ class PolicyEngine(Admission):
         """LoRA adapters selectable per request; with any, a request without one runs the adapter-free base."""
         self.cuda_graphs = cuda_graphs
         self.compile = compile
+        self.fuse = fuse
         self._launched: Optional[Launched] = None
         self.max_prefill_tokens = max_prefill_tokens
         self._rng = random.Random(seed)
@@ -133,7 +138,7 @@ class PolicyEngine(Admission):
         """Start the engine thread (idempotent); allocates the KV cache on first start."""
         if self._thread is not None and self._thread.is_alive():
             return
-        self._ensure_slots()
+        self._ensure_slots().warm_up()
         self._thread = threading.Thread(target=self._worker, name="agl-policy-engine", daemon=True)
         self._thread.start()
 
@@ -168,6 +173,7 @@ class PolicyEngine(Admission):
                 max_context=context,
                 cuda_graphs=self.cuda_graphs,
                 compile=self.compile,
+                fuse=self.fuse,
             )
             self._sampling = SlotSampling(self.max_batch_size + 1, self._slots.vocab_size, self._slots.device)
         return self._slots

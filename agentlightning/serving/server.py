@@ -101,7 +101,8 @@ class PolicyServer(OpenAIServer):
             the weights version (see `PolicyEngine`); slower, but a completion no longer depends on timing.
         adapters: LoRA adapters of the (peft) model, each served as `model_name:<adapter>`; requests for
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
-        compile: `torch.compile` the decode step (see `PolicyEngine`; the first steps take tens of seconds).
+        compile: `torch.compile` one fused decoder layer for every layer (True), or the whole forward
+            ("model"); see `PolicyEngine`.
         keep_sampled_turns: prompt a conversation that comes back longer with the ids the model sampled for
             its earlier turns, not their re-tokenized text (`sampled_turns.py`), so multi-turn trajectories
             merge; how many prompts did so is `sampled_turns.reused_prompts`. False: always tokenize the text.
@@ -126,7 +127,7 @@ class PolicyServer(OpenAIServer):
         retry_after_s: float = 1.0,
         hold_timeout_s: float = 600.0,
         adapters: Sequence[str] = (),
-        compile: bool = False,
+        compile: Union[bool, str] = False,
         deterministic: bool = False,
         keep_sampled_turns: bool = True,
         max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
+from .fused import FusedLayers, fuse_layers
+from .regional import RegionalCompile
 from .sampling import DeviceTokens, SamplingMode, SlotSampling, kv_cache_keyword, last_logits_only, sample_device
 
 if TYPE_CHECKING:
@@ -179,11 +181,13 @@ class SlotModel:
         bucketed: Optional[bool] = None,
         initial_capacity: int = 256,
         max_graph_prefill_tokens: int = 4096,
-        compile: bool = False,
+        compile: Union[bool, str] = False,
+        fuse: Optional[bool] = None,
     ) -> None:
         import torch
 
         self.model = model
+        self.fused, self.regional, compile_mode = self._fuse_and_compile(model, fuse, compile, slots)
         layers, kv_heads, head_dim, self.vocab_size = _geometry(model)
         parameter = next(model.parameters())
         self.device, self.dtype = parameter.device, parameter.dtype
@@ -215,8 +219,59 @@ class SlotModel:
         self._weights_fingerprint = self._fingerprint()
         self.graphs_captured = 0
         self._compiled: Optional[Callable[..., torch.Tensor]] = None
-        if compile:
+        if compile_mode == "model":
             self._compiled = torch.compile(self._call_model, dynamic=True)
+
+    @staticmethod
+    def _fuse_and_compile(
+        model: Any, fuse: Optional[bool], compile: Union[bool, str], slots: int
+    ) -> Tuple[Optional[FusedLayers], Optional[RegionalCompile], Optional[str]]:
+        """The fused layers (`fused.py`), their regional compilation (`regional.py`) and the compile mode:
+        "regional" (`compile=True`), "model" (the whole forward, `compile="model"`) or None. On CPU without
+        regional compilation the fused layers serve from oneDNN-prepacked weights (measured faster)."""
+        import torch
+
+        mode = {False: None, True: "regional", "regional": "regional", "model": "model"}.get(compile, "invalid")
+        if mode == "invalid":
+            raise ValueError(f"compile must be True, False, 'regional' or 'model', got {compile!r}")
+        fused = fuse_layers(model) if fuse is not False or mode == "regional" else None
+        if mode != "regional" or fused is None:
+            parameter = next(model.parameters())
+            cpu = parameter.device.type == "cpu" and torch.backends.mkldnn.is_available()
+            if fused is not None and fused.active and mode is None and cpu and parameter.dtype != torch.float16:
+                fused.pack(batch_hint=slots)
+            return fused, None, mode
+        if not fused.active:
+            logger.warning("regional compile off: %s; decoding eagerly", fused.reason)
+            return fused, None, None
+        return fused, RegionalCompile(fused), mode
+
+    def warm_up(self) -> float:
+        """Compile what regional compilation will need (prefill and decode, one row and more) on the scratch
+        slot, before any request waits for it; returns the seconds spent (0 without regional compile)."""
+        import time
+
+        import torch
+
+        if self.regional is None:
+            return 0.0
+        started = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()  # the fused layers run the model's own code in training mode
+        with torch.inference_mode():
+            for rows, width in ((1, 2), (2, 2), (1, 1), (2, 1)):
+                ids = torch.zeros((rows, width), dtype=torch.long, device=self.device)
+                positions = torch.arange(width, device=self.device).repeat(rows, 1)
+                scratch = torch.full((rows,), self.slots, dtype=torch.long, device=self.device)
+                self._forward(ids, positions, self.kv_bucket(width), scratch)
+        self.model.train(was_training)
+        elapsed = time.perf_counter() - started
+        logger.info(
+            "regional compile warm-up: %.1f s (%s)",
+            elapsed,
+            ", ".join(f"{k} {v:.1f} s" for k, v in self.regional.compile_s.items()) or "cached",
+        )
+        return elapsed
 
     # Shapes -------------------------------------------------------------------------------------------
 
@@ -413,6 +468,8 @@ class SlotModel:
 
     def weights_changed(self) -> None:
         """Forget captured graphs if the weights moved to new storage (an in-place copy keeps them valid)."""
+        if self.fused is not None:
+            self.fused.refresh()  # weights that moved are fused again (new storage: new fingerprint)
         fingerprint = self._fingerprint()
         if fingerprint != self._weights_fingerprint:
             self._forget_graphs()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import pytest
@@ -93,8 +94,41 @@ def test_compiled_graph_decoding_equals_eager_decoding() -> None:
 
     try:
         compiled = asyncio.run(run())
-        assert engine.slot_model._compiled is not None  # type: ignore[reportPrivateUsage]  # compiled, not fallen back
+        regional = engine.slot_model.regional
+        assert regional is not None and regional.active and engine.slot_model.graphs_captured > 0
+        captured = engine.slot_model.graphs_captured
+        other, _ = tiny_model(seed=1, hidden_size=64, layers=3)
+        engine.update_weights(other.state_dict())  # in place: the compiled graphs read the new weights
+        swapped = asyncio.run(engine.generate(PROMPTS[0], GREEDY))[0]
+        assert engine.slot_model.graphs_captured == captured
     finally:
         engine.close()
     for want, got in zip(eager, compiled, strict=True):
         assert [e.token_ids for e in got] == [e.token_ids for e in want]
+    expected = other.to("cuda").generate(
+        torch.tensor([PROMPTS[0]], device="cuda"), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0
+    )[0, len(PROMPTS[0]) :]
+    assert swapped.token_ids == expected.tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_graph_decoding_equals_unfused_eager_decoding(dtype: torch.dtype) -> None:
+    model, tokenizer = tiny_model(hidden_size=64, layers=3)
+    model = model.to("cuda", dtype=dtype)
+    sampled = SamplingParams(max_tokens=24, temperature=1.0, ignore_eos=True, seed=7)
+    for params in (GREEDY, sampled):
+        engine = PolicyEngine(
+            copy.deepcopy(model), tokenizer, batch_window_s=0.05, cuda_graphs=False, fuse=False, seed=0
+        )
+        engine.start()
+        try:
+            want = asyncio.run(_gather(engine, params))
+        finally:
+            engine.close()
+        got, _ = _generate(model, tokenizer, params, graphs=True)  # fused by default
+        for w, g in zip(want, got, strict=True):
+            assert [e.token_ids for e in g] == [e.token_ids for e in w]
+
+
+async def _gather(engine: PolicyEngine, params: SamplingParams) -> list[Any]:
+    return await asyncio.gather(*[engine.generate(p, params, n=2) for p in PROMPTS])
