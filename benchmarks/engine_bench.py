@@ -124,13 +124,17 @@ def word_tokenizer(vocab_size: int) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=inner, pad_token="w0", eos_token="w1", bos_token="w0")
 
 
-def make_engine(model: Any, tokenizer: Any, slots: int, graphs: Optional[bool], compile: bool = False) -> Any:
+def make_engine(
+    model: Any, tokenizer: Any, slots: int, graphs: Optional[bool], compile: bool = False, fuse: Optional[bool] = None
+) -> Any:
     from agentlightning.serving.engine import PolicyEngine
 
     kwargs: Dict[str, Any] = {"max_batch_size": slots, "batch_window_s": 0.005, "seed": 0}
     if "cuda_graphs" in inspect.signature(PolicyEngine).parameters:
         kwargs["cuda_graphs"] = graphs
         kwargs["compile"] = compile
+    if fuse is not None and "fuse" in inspect.signature(PolicyEngine).parameters:
+        kwargs["fuse"] = fuse
     engine = PolicyEngine(model, tokenizer, **kwargs)
     engine.start()
     return engine
@@ -276,6 +280,9 @@ def main() -> None:
     parser.add_argument("--poisson-rate", type=float, default=None, help="requests/s (default: half of c=8's)")
     parser.add_argument("--no-graphs", action="store_true", help="decode eagerly on CUDA too")
     parser.add_argument("--compile", action="store_true", help="ours with torch.compile (PolicyEngine(compile=True))")
+    parser.add_argument(
+        "--fuse", action="store_true", help="ours with fused, on CPU prepacked, projections (PolicyEngine(fuse=True))"
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -304,7 +311,9 @@ def main() -> None:
     prompts = torch.randint(2, vocab, (n_prompts, args.prompt_tokens), generator=rng).tolist()
     params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True)
     rows: List[Row] = []
-    engine = make_engine(model, tokenizer, max(concurrency), None if not args.no_graphs else False, args.compile)
+    engine = make_engine(
+        model, tokenizer, max(concurrency), None if not args.no_graphs else False, args.compile, args.fuse or None
+    )
     try:
         for c in concurrency:
             rows.append(asyncio.run(ours_closed(engine, prompts, params, c)))

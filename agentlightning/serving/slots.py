@@ -234,9 +234,11 @@ class SlotModel:
         mode = {False: None, True: "regional", "regional": "regional", "model": "model"}.get(compile, "invalid")
         if mode == "invalid":
             raise ValueError(f"compile must be True, False, 'regional' or 'model', got {compile!r}")
-        fused = fuse_layers(model) if fuse is not False or mode == "regional" else None
+        parameter = next(model.parameters())
+        if fuse is None:  # on by default where it costs no memory; on CPU the prepacked copies add the weights' size
+            fuse = parameter.device.type == "cuda"
+        fused = fuse_layers(model) if fuse or mode == "regional" else None
         if mode != "regional" or fused is None:
-            parameter = next(model.parameters())
             cpu = parameter.device.type == "cpu" and torch.backends.mkldnn.is_available()
             if fused is not None and fused.active and mode is None and cpu and parameter.dtype != torch.float16:
                 fused.pack(batch_hint=slots)

@@ -52,7 +52,7 @@ def _assert_same(want: dict[str, List[Any]], got: dict[str, List[Any]]) -> None:
 def test_fused_layers_serve_the_unfused_tokens() -> None:
     model, tokenizer = _model()
     unfused = _generate(copy.deepcopy(model), tokenizer, fuse=False)
-    engine = PolicyEngine(model, tokenizer, batch_window_s=0.05, seed=0)
+    engine = PolicyEngine(model, tokenizer, batch_window_s=0.05, seed=0, fuse=True)
     engine.start()
     try:
         fused = {"greedy": _run(engine, GREEDY), "seeded": _run(engine, SEEDED)}
@@ -88,7 +88,7 @@ def test_new_weights_are_served_after_fusing(how: str) -> None:
     model, tokenizer = _model()
     other, _ = _model(seed=1)
     expected = _generate(copy.deepcopy(other), tokenizer, fuse=False)["greedy"]
-    engine = PolicyEngine(model, tokenizer, batch_window_s=0.05, seed=0)
+    engine = PolicyEngine(model, tokenizer, batch_window_s=0.05, seed=0, fuse=True)
     engine.start()
     try:
         before = _run(engine, GREEDY)
