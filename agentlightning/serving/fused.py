@@ -21,10 +21,12 @@ import logging
 import sys
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-if TYPE_CHECKING:
-    import torch
+# At module level, not in the functions: torch.compile traces them, and an import inside one calls
+# builtins.__import__, which instrumentation may have replaced (agentops' hook broke regional compilation).
+import torch
+import torch.nn.functional as F
 
 __all__ = ["FusedLayers", "fuse_layers", "post_attention", "pre_attention"]
 
@@ -40,8 +42,6 @@ _NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     """`F.linear`, or oneDNN's matmul when `weight` is prepacked (`pack_weight`)."""
-    import torch
-
     if weight.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return torch.nn.functional.linear(x, weight, bias)
@@ -58,8 +58,6 @@ def pack_weight(weight: torch.Tensor, batch_hint: int) -> torch.Tensor:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' RMSNorm (Llama, Qwen2, Qwen3), op for op."""
-    import torch
-
     dtype = x.dtype
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
@@ -67,8 +65,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    import torch
-
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -116,8 +112,6 @@ def post_attention(
     eps: float,
 ) -> torch.Tensor:
     """Output projection and residual, post-attention norm, one gate/up matmul, SiLU, down projection, residual."""
-    import torch.nn.functional as F
-
     batch, length = residual.shape[0], residual.shape[1]
     hidden = residual + linear(attn.reshape(batch, length, -1), o_weight, o_bias)
     gate, up = linear(rms_norm(hidden, norm_weight, eps), gate_up_weight, gate_up_bias).chunk(2, dim=-1)
