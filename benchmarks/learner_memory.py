@@ -111,6 +111,9 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=1, help="learner updates to run")
     parser.add_argument("--sync", action="store_true", help="an on-policy update (no scoring pass)")
     parser.add_argument("--micro-batch-size", type=int, default=0, help="rows per forward/backward (0: the demo's)")
+    parser.add_argument(
+        "--backward-chunk-tokens", type=int, default=-1, help="GRPOConfig.backward_chunk_tokens (-1: the demo's)"
+    )
     args = parser.parse_args()
 
     peaks = PhasePeaks()
@@ -126,6 +129,8 @@ def main() -> None:
         micro = args.micro_batch_size
         accumulation = max(1, -(-32 // micro) // config.max_updates_per_batch)
         config = replace(config, micro_batch_size=micro, gradient_accumulation_steps=accumulation)
+    if args.backward_chunk_tokens >= 0:
+        config = replace(config, backward_chunk_tokens=args.backward_chunk_tokens)
     model, tokenizer = load_causal_lm("smollm2", device="cpu")
     prepare_tokenizer(tokenizer)
     peaks.set("learner init")
@@ -161,7 +166,8 @@ def main() -> None:
     print(f"\nru_maxrss: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")
     print(
         f"config: micro_batch_size={config.micro_batch_size}, accumulation={config.gradient_accumulation_steps}, "
-        f"max_updates={config.max_updates_per_batch}, kl_coef={config.kl_coef}"
+        f"max_updates={config.max_updates_per_batch}, kl_coef={config.kl_coef}, "
+        f"backward_chunk_tokens={config.backward_chunk_tokens}"
     )
 
 

@@ -118,6 +118,11 @@ class GRPOConfig:
     """When the rows of a micro-batch start with at least this many identical tokens (a system prompt,
     few-shot turns, a group's prompt), that prefix goes through the model once and its KV cache serves
     every row: the same logits and gradients for fewer FLOPs (see `algorithm/grpo/prefix.py`). 0: off."""
+    backward_chunk_tokens: int = 256
+    """Training's peak memory: the rows of a micro-batch go forward and backward in chunks of at most this many
+    tokens past their shared prefix (a longer row alone), each chunk's activations and logits freed before
+    the next; the prefix is still encoded once per micro-batch. The same gradients and FLOPs as one pass
+    (see `algorithm/grpo/prefix.py`). 0: the whole micro-batch at once."""
     gradient_accumulation_steps: Optional[int] = None
     """Micro-batches per optimizer step; None accumulates the whole batch into one step per epoch."""
     clip_eps_low: float = 0.2
@@ -185,6 +190,7 @@ class GRPOConfig:
             "max_staleness": self.max_staleness >= 0,
             "min_complete_groups": self.min_complete_groups is None or self.min_complete_groups >= 1,
             "shared_prefix_min_tokens": self.shared_prefix_min_tokens >= 0,
+            "backward_chunk_tokens": self.backward_chunk_tokens >= 0,
             "is_ratio_cap": self.is_ratio_cap >= 1,
             "lora_rank": self.lora_rank >= 0,
             "checkpoint_interval": self.checkpoint_interval >= 1,

@@ -20,7 +20,7 @@ from .batch import Sample, TokenBatch, collate, micro_batches, rollout_row_weigh
 from .config import GRPOConfig
 from .loss import Objective, grpo_loss, nll_loss, token_entropy, token_logprobs
 from .metrics import UpdateProgress, UpdateTally
-from .prefix import forward_logits, pad_left
+from .prefix import EncodedPrefix, common_prefix, forward_logits, pad_left, row_chunks
 
 if TYPE_CHECKING:
     import torch
@@ -167,19 +167,22 @@ class GRPOLearner:
     def _logits(self, model: Any, batch: TokenBatch) -> Tuple[torch.Tensor, int]:
         """`(logits, offset)` of a micro-batch from its first response position on, its shared prompt prefix
         encoded once (see `prefix.py`)."""
-        from ...serving.sampling import kv_cache_keyword
-
-        if self._cache_keyword is None:
-            self._cache_keyword = kv_cache_keyword(model)
         return forward_logits(
             model,
             batch.input_ids,
             batch.attention_mask,
             max_shared=min(batch.prompt_lengths),
             min_shared_tokens=self.config.shared_prefix_min_tokens,
-            cache_keyword=self._cache_keyword,
+            cache_keyword=self._cache_keyword_of(model),
             keep_from=min(batch.prompt_lengths) - 1,
         )
+
+    def _cache_keyword_of(self, model: Any) -> str:
+        from ...serving.sampling import kv_cache_keyword
+
+        if self._cache_keyword is None:
+            self._cache_keyword = kv_cache_keyword(model)
+        return self._cache_keyword
 
     # Update ------------------------------------------------------------------------------------------
 
@@ -351,8 +354,9 @@ class GRPOLearner:
                 optimizer.zero_grad(set_to_none=True)
                 step_loss = 0.0
                 for indices in micro:
-                    batch = collate([rows[i] for i in indices], self.pad_token_id, [weights[i] for i in indices])
-                    step_loss += self._backward(batch.to(self.device), scale, supervised, off_policy, tally)
+                    members = [rows[i] for i in indices]
+                    member_weights = [weights[i] for i in indices]
+                    step_loss += self._backward_rows(members, member_weights, scale, supervised, off_policy, tally)
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
                 tally.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, max_norm)))
                 optimizer.step()
@@ -362,15 +366,75 @@ class GRPOLearner:
             self.policy.eval()
         return tally
 
-    def _backward(
-        self, batch: TokenBatch, scale: _StepScale, supervised: bool, off_policy: bool, tally: UpdateTally
+    def _backward_rows(
+        self,
+        members: List[Sample],
+        row_weights: List[float],
+        scale: _StepScale,
+        supervised: bool,
+        off_policy: bool,
+        tally: UpdateTally,
     ) -> float:
-        """The loss of one micro-batch (its share of the optimizer step's), backpropagated; returns its value."""
+        """A micro-batch's share of the optimizer step's loss, backpropagated; returns its value.
+
+        Its rows go forward and backward in chunks of at most `backward_chunk_tokens` tokens past their shared
+        prefix, which is encoded once (`prefix.EncodedPrefix`): the same gradients, the activations of a chunk.
+        """
+        import torch
+
+        cfg = self.config
+        sequences = [s.prompt_ids + s.response_ids for s in members]
+        shared = 0
+        if cfg.shared_prefix_min_tokens > 0 and len(members) > 1:
+            shared = common_prefix(sequences, min(len(s.prompt_ids) for s in members) - 1)
+            shared = shared if shared >= cfg.shared_prefix_min_tokens else 0
+        chunks = row_chunks([len(ids) - shared for ids in sequences], cfg.backward_chunk_tokens)
+        prefix: Optional[EncodedPrefix] = None
+        if len(chunks) > 1 and shared:
+            ids = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=self.device)
+            prefix = EncodedPrefix.encode(self.policy, ids, self._cache_keyword_of(self.policy))
+        if len(chunks) == 1:
+            batch = collate(members, self.pad_token_id, row_weights)
+            return self._backward(batch.to(self.device), scale, supervised, off_policy, tally)
+        loss = 0.0
+        try:
+            for chunk in chunks:
+                batch = collate([members[i] for i in chunk], self.pad_token_id, [row_weights[i] for i in chunk])
+                loss += self._backward(batch.to(self.device), scale, supervised, off_policy, tally, prefix)
+            if prefix is not None:
+                prefix.backward()
+        finally:
+            if prefix is not None:
+                prefix.release()
+        return loss
+
+    def _backward(
+        self,
+        batch: TokenBatch,
+        scale: _StepScale,
+        supervised: bool,
+        off_policy: bool,
+        tally: UpdateTally,
+        prefix: Optional[EncodedPrefix] = None,
+    ) -> float:
+        """The loss of some rows (their share of the optimizer step's), backpropagated; returns its value.
+
+        With `prefix`, the rows start with it and only their rest goes forward (its gradients wait in the
+        prefix's cache for `prefix.backward()`)."""
 
         cfg = self.config
         temperature = 1.0 if supervised else cfg.temperature
-        # Logits from the micro-batch's first response position on (`offset`; 0 without one).
-        logits, offset = self._logits(self.policy, batch)
+        # Logits from the rows' first response position on (`offset`; 0 without one).
+        if prefix is None:
+            logits, offset = self._logits(self.policy, batch)
+        else:
+            logits, offset = prefix.logits(
+                self.policy,
+                batch.input_ids,
+                batch.attention_mask,
+                cache_keyword=self._cache_keyword_of(self.policy),
+                keep_from=min(batch.prompt_lengths) - 1,
+            )
         ids = batch.input_ids[:, offset:]
         if cfg.entropy_coef:
             logprobs, entropy = token_logprobs(logits, ids, temperature, with_entropy=True)

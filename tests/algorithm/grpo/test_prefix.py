@@ -123,3 +123,51 @@ def test_a_learner_step_with_prefix_sharing_updates_the_weights_like_one_without
     moved = torch.cat([(plain[n] - start[n]).flatten() for n in start])
     apart = torch.cat([(shared[n] - plain[n]).flatten() for n in start])
     assert moved.norm() > 0.1 and apart.norm() / moved.norm() < 1e-4
+
+
+@pytest.mark.parametrize("min_shared", [32, 0])
+def test_rows_backpropagated_in_chunks_update_the_weights_like_one_pass(min_shared: int) -> None:
+    """Chunks of rows (the prefix encoded once, its gradients carried back after the last chunk) give the
+    update of the whole micro-batch in one pass, with and without a shared prefix."""
+    model, tokenizer = tiny_model(seed=4)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    results = []
+    for chunk_tokens in (5, 0):
+        config = GRPOConfig(
+            learning_rate=1e-2,
+            micro_batch_size=6,
+            device="cpu",
+            shared_prefix_min_tokens=min_shared,
+            backward_chunk_tokens=chunk_tokens,
+        )
+        learner = GRPOLearner(copy.deepcopy(model), tokenizer, config)
+        calls: list[int] = []
+        original = learner.policy.forward
+
+        def counting(*args: Any, _calls: list[int] = calls, _forward: Any = original, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled():  # the update's passes, not the scoring pass before it
+                _calls.append(kwargs["input_ids"].shape[0])
+            return _forward(*args, **kwargs)
+
+        learner.policy.forward = counting  # type: ignore[method-assign]
+        metrics = learner.step(_samples())
+        results.append(({n: p.detach().clone() for n, p in learner.policy.named_parameters()}, metrics, calls))
+    (chunked, chunked_metrics, chunked_calls), (whole, whole_metrics, whole_calls) = results
+    # Chunked: more passes, each over fewer rows (a prefix pass of one row first when the rows share one).
+    assert len(chunked_calls) > len(whole_calls) and max(chunked_calls) < max(whole_calls)
+    if min_shared:
+        assert chunked_calls[0] == 1
+    assert chunked_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-4, abs=1e-6)
+    assert chunked_metrics["response_tokens"] == whole_metrics["response_tokens"]
+    moved = torch.cat([(whole[n] - start[n]).flatten() for n in start])
+    apart = torch.cat([(chunked[n] - whole[n]).flatten() for n in start])
+    assert moved.norm() > 0.1 and apart.norm() / moved.norm() < 1e-4
+
+
+def test_row_chunks_keep_the_order_and_the_budget() -> None:
+    from agentlightning.algorithm.grpo.prefix import common_prefix, row_chunks
+
+    assert row_chunks([3, 4, 2, 9, 1], 7) == [[0, 1], [2], [3], [4]]
+    assert row_chunks([3, 4], 0) == [[0, 1]] and row_chunks([], 5) == []
+    assert common_prefix([[1, 2, 3], [1, 2, 4], [1, 2]], 10) == 2
+    assert common_prefix([[1, 2, 3], [1, 2, 3]], 1) == 1
