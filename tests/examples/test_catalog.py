@@ -1,8 +1,10 @@
 """docs/examples.md lists every example with the extras it needs and its offline run, and the table is true.
 
 Every third-party package an example's files import (anywhere, lazily too) must come with the core
-dependencies or the extras its row lists; an extra named must exist in pyproject.toml; a command shown
-with `--quick` must be a script that has that option, and every script named must exist.
+dependencies, the extras its row lists, or a `pip install --no-deps ...` its row shows (for packages pip
+cannot resolve beside the extras), which `make venv` must run with the same pins; an extra named must exist
+in pyproject.toml; a command shown with `--quick` must be a script that has that option, and every script
+named must exist.
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ def _lists(section: str) -> dict[str, list[str]]:
         name: re.findall(r'"([^"]+)"', items)
         for name, items in re.findall(r"^([\w-]+) = \[(.*?)\]\s*$", body, flags=re.MULTILINE | re.DOTALL)
     }
+
+
+NO_DEPS = re.compile(r"`pip install --no-deps ([^`]+)`")
+
+
+def _makefile_no_deps_specs() -> set[str]:
+    """The pinned specs the Makefile installs with `--no-deps` (literally, or through a `NAME := ...` variable)."""
+    text = (ROOT / "Makefile").read_text()
+    variables = dict(re.findall(r"^(\w+) :?= (.*)$", text, flags=re.MULTILINE))
+    specs: set[str] = set()
+    for line in re.findall(r"pip install --quiet --no-deps (.*)$", text, flags=re.MULTILINE):
+        for word in line.split():
+            variable = re.fullmatch(r"\$\((\w+)\)", word)
+            specs.update(variables.get(variable.group(1), "").split() if variable else [word])
+    return specs
 
 
 def _rows() -> dict[str, tuple[str, str]]:
@@ -67,6 +84,10 @@ def test_the_extras_listed_cover_every_import() -> None:
         unknown = {name for name in named if name not in extras}
         assert not unknown, f"{folder}: no extra named {sorted(unknown)} in pyproject.toml"
         provided = core | {_requirement_name(spec) for name in named for spec in extras[name]}
+        no_deps = [spec for command in NO_DEPS.findall(extras_cell) for spec in command.split()]
+        missing = set(no_deps) - _makefile_no_deps_specs()
+        assert not missing, f"{folder}: the Makefile does not install {sorted(missing)} with --no-deps"
+        provided |= {_requirement_name(spec) for spec in no_deps}
         for module in sorted(_third_party_imports(ROOT / folder)):
             dists = {d.lower().replace("_", "-") for d in distributions.get(module, [module])}
             assert dists & provided, f"{folder} imports {module!r}, which none of {sorted(named) or 'no extras'} brings"
