@@ -107,7 +107,7 @@ EXAMPLES: Dict[str, Example] = {
         Example(
             "openai_agents",
             "openai_agents_rag",
-            "rag over an MCP search server: an islander's boat (answer F1 = 1)",
+            "rag over an MCP search server: an islander's boat, one worked turn of another family (answer F1 = 1)",
             _openai_agents,
             _agent("kestrel_agent", "agents_sdk_rag_agent"),
             48,

@@ -2,27 +2,37 @@
 
 The agent is written the way the Agents SDK's docs write one: an `Agent` with instructions, an
 `OpenAIChatCompletionsModel` on an `AsyncOpenAI` client pointed at the `LLM` resource's endpoint,
-`ModelSettings` for sampling, and an `MCPServerStdio` (`search_server.py`, started per rollout) as its
-tool source; `Runner.run` drives the search-then-answer loop, with two worked turns (a question, its
-`search` call, the server's passage, the answer) before the question, as input items. The instructions
-and the answer-F1 reward are `examples/rag`'s; the corpus (`data/`) is sized for a 135M model: 26
-one-sentence passages, each naming an islander's boat, and one question family ("What is the name of
-<islander>'s boat?") whose answers cannot be guessed, so only a search finds them. The 8 held-out
-questions ask about islanders no training question names. The only agentlightning parts are the
-`@agl.rollout` decorator and the returned reward. The SDK's own trace export (to the OpenAI platform) is turned off: agentlightning's
-tracer records the model calls.
+`ModelSettings` for sampling, and an MCP tool server (`search_server.py`) reached as
+`MCPServerStreamableHttp`; `Runner.run` drives the search-then-answer loop, with one worked turn (a
+question, its `search` call, the server's passage, the answer) before the question, as input items. The
+server is one process per Python process (a runner), started on first use, not one per rollout: starting
+it (Python, the mcp package, bm25s and its index) costs seconds of CPU, a connection over HTTP 0.1 s.
+
+The instructions and the answer-F1 reward are `examples/rag`'s; the corpus (`data/`) is sized for a 135M
+model: 52 one-sentence passages, each islander's boat and cottage, and one question family ("What is the
+name of <islander>'s boat?") whose answers cannot be guessed, so only a search finds them. The worked turn
+is of the other family (a cottage), so the agent has to carry the habit of searching over to the boat
+questions instead of copying the worked answer. The 8 held-out questions ask about islanders no training
+question names. The only agentlightning parts are the `@agl.rollout` decorator and the returned reward. The
+SDK's own trace export (to the OpenAI platform) is turned off: agentlightning's tracer records the model calls.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import socket
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, TResponseInputItem, set_tracing_disabled
 from agents.exceptions import AgentsException
 from agents.items import ToolCallItem
-from agents.mcp import MCPServerStdio, MCPServerStdioParams
+from agents.mcp import MCPServerStreamableHttp
 from openai import AsyncOpenAI
 
 import agentlightning as agl
@@ -31,48 +41,83 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "rag"))
 from rag_agent import SYSTEM_PROMPT, answer_f1, load_jsonl  # noqa: E402
 
-__all__ = ["search_server", "build_agent", "agents_sdk_rag_agent", "load_questions", "MAX_TURNS", "WORKED_TURNS"]
+__all__ = [
+    "search_server",
+    "search_server_url",
+    "build_agent",
+    "agents_sdk_rag_agent",
+    "load_questions",
+    "MAX_TURNS",
+    "WORKED_TURNS",
+]
 
 DATA = HERE / "data"
 MAX_TURNS = 3
 set_tracing_disabled(True)
-
-
-def _worked_turn(number: int, islander: str, boat: str) -> List[TResponseInputItem]:
-    passage = f"[boat-{boat.lower().replace(' ', '-')}] {islander} fishes from Kestrel Isle in a boat named the {boat}."
-    return [
-        {"role": "user", "content": f"What is the name of {islander}'s boat?"},
-        {
-            "type": "function_call",
-            "call_id": f"w{number}",
-            "name": "search",
-            "arguments": f'{{"query": "{islander} boat"}}',
-        },
-        {"type": "function_call_output", "call_id": f"w{number}", "output": passage},
-        {"role": "assistant", "content": boat},
-    ]
+_server_lock = threading.Lock()
+_server_url: Optional[str] = None
 
 
 WORKED_TURNS: List[TResponseInputItem] = [
-    *_worked_turn(1, "Brodie Vane", "Lucky Minnow"),
-    *_worked_turn(2, "Greta Sallow", "Tidal Rose"),
+    {"role": "user", "content": "What is the name of Brodie Vane's cottage?"},
+    {"type": "function_call", "call_id": "w1", "name": "search", "arguments": '{"query": "Brodie Vane cottage"}'},
+    {
+        "type": "function_call_output",
+        "call_id": "w1",
+        "output": "[home-gull-rest] Brodie Vane lives on Kestrel Isle in a cottage called Gull Rest.",
+    },
+    {"role": "assistant", "content": "Gull Rest"},
 ]
-"""Two solved questions (their passages are in the corpus; no question asks about them), as `Runner.run` input."""
+"""One solved question of another family (a cottage, not a boat; its passage is in the corpus), as `Runner.run`
+input: the agent has to carry the search-then-answer habit over to the boat questions rather than copy it."""
 
 
 def load_questions(split: str) -> List[Dict[str, Any]]:
     return [q for q in load_jsonl(DATA / "questions.jsonl") if q["split"] == split]
 
 
-def search_server() -> MCPServerStdio:
-    """The MCP search server, as a stdio subprocess (started and stopped by `async with`)."""
-    params = MCPServerStdioParams(command=sys.executable, args=[str(HERE / "search_server.py")])
-    return MCPServerStdio(
-        params=params, name="kestrel-search", cache_tools_list=True, client_session_timeout_seconds=60
+def search_server_url() -> str:
+    """Where the MCP search server listens: `$KESTREL_SEARCH_URL`, else a `search_server.py --port` process of
+    this Python process, started on first use (one per runner, not one per rollout) and stopped at exit."""
+    global _server_url
+    with _server_lock:
+        if _server_url is None:
+            _server_url = os.environ.get("KESTREL_SEARCH_URL") or _start_search_server()
+        return _server_url
+
+
+def _start_search_server() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # stdin is a pipe the server watches: it exits when this process does, however that happens
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "search_server.py"), "--port", str(port)], stdin=subprocess.PIPE
+    )
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and process.terminate())  # not from a forked child
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"the MCP search server did not start (exit code {process.poll()})")
+
+
+def search_server() -> MCPServerStreamableHttp:
+    """The MCP search server, reached over streamable HTTP (connected and closed by `async with`)."""
+    return MCPServerStreamableHttp(
+        params={"url": search_server_url(), "timeout": 60},
+        name="kestrel-search",
+        cache_tools_list=True,
+        client_session_timeout_seconds=60,
     )
 
 
-def build_agent(llm: agl.LLM, server: MCPServerStdio) -> Agent[Any]:
+def build_agent(llm: agl.LLM, server: MCPServerStreamableHttp) -> Agent[Any]:
     client = AsyncOpenAI(base_url=llm.endpoint, api_key=llm.api_key or "EMPTY", max_retries=0)
     sampling = llm.sampling_parameters
     return Agent(

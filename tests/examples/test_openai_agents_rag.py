@@ -7,8 +7,10 @@ import asyncio
 import importlib
 import json
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,15 +24,18 @@ RIGHT = QUESTIONS["What is the name of Rowan Hale's boat?"]
 WRONG = QUESTIONS["What is the name of Sorcha Wilde's boat?"]
 
 
-def test_held_out_islanders_are_never_trained_on_and_the_worked_turns_ask_about_neither() -> None:
+def test_held_out_islanders_are_never_trained_on_and_the_worked_turn_is_of_another_family() -> None:
     train, val = kestrel_agent.load_questions("train"), kestrel_agent.load_questions("val")
     assert (len(train), len(val)) == (16, 8)
     assert not {q["answer"] for q in train} & {q["answer"] for q in val}
-    worked = {str(item["content"]) for item in kestrel_agent.WORKED_TURNS if item.get("role") == "user"}
-    assert len(worked) == 2 and not worked & set(QUESTIONS)
+    assert all(q["question"].endswith("'s boat?") for q in train + val)
+    (worked,) = [str(item["content"]) for item in kestrel_agent.WORKED_TURNS if item.get("role") == "user"]
+    assert worked == "What is the name of Brodie Vane's cottage?"  # a cottage: no question asks about one
+    islanders = {q["question"].removeprefix("What is the name of ").removesuffix("'s boat?") for q in train + val}
+    assert "Brodie Vane" not in islanders
 
 
-def test_mcp_search_server_process_lists_and_runs_the_tool() -> None:
+def test_mcp_search_server_process_lists_and_runs_the_tool_over_streamable_http() -> None:
     async def talk() -> tuple[list[str], str]:
         async with kestrel_agent.search_server() as server:
             tools = await server.list_tools()
@@ -42,6 +47,9 @@ def test_mcp_search_server_process_lists_and_runs_the_tool() -> None:
         names == ["search"]
         and text == f"[boat-blue-lark] Rowan Hale fishes from Kestrel Isle in a boat named the {RIGHT['answer']}."
     )
+    url = kestrel_agent.search_server_url()
+    assert url.startswith("http://127.0.0.1:") and asyncio.run(talk()) == (names, text)  # the same server again
+    assert kestrel_agent.search_server_url() == url
 
 
 @pytest.mark.slow
@@ -86,5 +94,28 @@ def test_the_sdk_calls_through_mcp_are_triplets_with_exact_tokens_once_and_the_r
         assert_every_call_captured_once(captured)
     tokenizer = importlib.import_module("tests.support.tiny_model").tiny_tokenizer()
     answer_prompt = tokenizer.decode(right.calls[1][0])
-    assert answer_prompt.count('"name": "search"') == 4  # the tool schema, the worked turns' calls, its own
+    assert answer_prompt.count('"name": "search"') == 3  # the tool schema, the worked turn's call, its own
     assert RIGHT["answer"] in answer_prompt.rsplit("<|im_start|>tool", 1)[-1]
+
+
+def test_the_http_search_server_exits_when_the_process_that_started_it_goes() -> None:
+    from agentlightning.utils.server_launcher import pick_free_port
+
+    port = pick_free_port()
+    script = ROOT / "examples" / "openai_agents_rag" / "search_server.py"
+    process = subprocess.Popen([sys.executable, str(script), "--port", str(port)], stdin=subprocess.PIPE)
+    try:
+        while process.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert process.poll() is None, "the server did not start"
+        assert process.stdin is not None
+        process.stdin.close()  # what the parent's exit does to the pipe
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
