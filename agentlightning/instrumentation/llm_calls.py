@@ -163,6 +163,19 @@ def _is_given(value: Any) -> bool:
     return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
 
 
+@contextmanager
+def _finishing(call: _LLMCall, accumulator: Any) -> Iterator[None]:
+    """Around reading a stream: the call's span ends with what was read, and the error that stopped it."""
+    error: Optional[BaseException] = None
+    try:
+        yield
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        call.finish(accumulator.to_response(), error)
+
+
 def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
     """Wrap a `Stream` in place (its type stays `openai.Stream`) so the span ends with the stream."""
     accumulator = call.format.accumulator()
@@ -170,16 +183,10 @@ def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
     original_close = stream.close
 
     def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
+        with _finishing(call, accumulator):
             for chunk in original_iterator:
                 accumulator.add(chunk)
                 yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
 
     def close() -> None:
         try:
@@ -197,16 +204,10 @@ def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
     original_close = stream.close
 
     async def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
+        with _finishing(call, accumulator):
             async for chunk in original_iterator:
                 accumulator.add(chunk)
                 yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
 
     async def close() -> None:
         try:
