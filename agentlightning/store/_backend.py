@@ -89,6 +89,10 @@ class BackendLightningStore(LightningStore):
         """Create (under a new id when None) or replace a resources bundle and make it the latest."""
 
     @abstractmethod
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
+        """Store a new `preparing` rollout from `draft` with its first attempt (given to `worker_id`)."""
+
+    @abstractmethod
     async def _apply_rollout_update(self, rollout_id: str, changes: dict[str, Any], resources_id: Any) -> Rollout:
         """Apply checked `changes` and `resources_id` (unless UNSET) to a rollout; a status follows the queue rules."""
 
@@ -135,6 +139,21 @@ class BackendLightningStore(LightningStore):
         """One page of the workers that match."""
 
     # ---- the calls that only check arguments ----
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        worker_id: Optional[str] = None,
+    ) -> AttemptedRollout:
+        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
+        arguments.check_worker_id(worker_id)
+        return await self._start_now(draft, worker_id)
 
     @tracked("rollouts")
     @healthcheck_before

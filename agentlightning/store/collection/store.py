@@ -20,10 +20,7 @@ from agentlightning.types import (
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
     Span,
-    TaskInput,
     Worker,
 )
 from agentlightning.types.resources import validate_named_resources
@@ -71,19 +68,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
 
     # ---- rollouts and the queue ----
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode] = None,
-        resources_id: Optional[str] = None,
-        config: Optional[RolloutConfig] = None,
-        metadata: Optional[dict[str, Any]] = None,
-        worker_id: Optional[str] = None,
-    ) -> AttemptedRollout:
-        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
-        arguments.check_worker_id(worker_id)
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
         async with self._writes() as c:
             now = self._now()
             rollout = draft.build("preparing", await self._resolve_resources_id(c, draft.resources_id), now)

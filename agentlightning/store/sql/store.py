@@ -18,10 +18,7 @@ from agentlightning.types import (
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
     Span,
-    TaskInput,
     Worker,
 )
 from agentlightning.types.resources import validate_named_resources
@@ -170,20 +167,7 @@ class SqlLightningStore(BackendLightningStore):
 
     # ---- rollouts and the queue ----
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode] = None,
-        resources_id: Optional[str] = None,
-        config: Optional[RolloutConfig] = None,
-        metadata: Optional[dict[str, Any]] = None,
-        worker_id: Optional[str] = None,
-    ) -> AttemptedRollout:
-        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
-        arguments.check_worker_id(worker_id)
-
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
         async def step(st: StoreTransaction) -> AttemptedRollout:
             rollout = draft.build("preparing", await st.resolve_resources_id(draft.resources_id), st.now)
             await st.insert_rollouts([rollout])
