@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, Union, cast, overload
 
@@ -169,41 +169,39 @@ class OperationContext:
         name, propagate = self.name, self.propagate
         attributes = {_OPERATION_NAME: fn.__name__, **self.initial_attributes}
 
-        def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> OperationContext:
+        @contextmanager
+        def call_span(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[OperationContext]:
+            """One call's span; an exception the tracer's context swallows makes the call return None."""
             op = OperationContext(name, propagate=propagate)
             op._open(attributes)
             op._record(_bound_input_attributes(signature, args, kwargs))
-            return op
+            try:
+                yield op
+            except BaseException as exc:
+                if not op._close(type(exc), exc, exc.__traceback__):
+                    raise
+                return
+            op._close(None, None, None)
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                op = start(args, kwargs)
-                try:
+                with call_span(args, kwargs) as op:
                     result = await fn(*args, **kwargs)
                     op.set_output(result)
-                except BaseException as exc:
-                    if not op._close(type(exc), exc, exc.__traceback__):
-                        raise
-                    return None
-                op._close(None, None, None)
-                return result
+                    return result
+                return None
 
             return cast(F, async_wrapper)
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            op = start(args, kwargs)
-            try:
+            with call_span(args, kwargs) as op:
                 result = fn(*args, **kwargs)
                 op.set_output(result)
-            except BaseException as exc:
-                if not op._close(type(exc), exc, exc.__traceback__):
-                    raise
-                return None
-            op._close(None, None, None)
-            return result
+                return result
+            return None
 
         return cast(F, wrapper)
 

@@ -54,26 +54,34 @@ def _request_attributes(request: Mapping[str, Any]) -> Attributes:
 _traced_classes: dict[tuple[type, bool], type] = {}
 
 
+class _StreamStep:
+    """Around one step of a traced stream: its end (`end`) or an error finishes the call's span."""
+
+    def __init__(self, stream: Any, end: type[Exception]) -> None:
+        self.stream = stream
+        self.end = end
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Any) -> None:
+        if isinstance(exc, Exception):
+            self.stream._agl_call.finish(
+                self.stream._agl_accumulator.to_response(), None if isinstance(exc, self.end) else exc
+            )
+
+
 def _traced_stream_class(base: type, asynchronous: bool) -> type:
     """A subclass of LiteLLM's `CustomStreamWrapper` that feeds each chunk to the call's accumulator."""
     key = (base, asynchronous)
     if key in _traced_classes:
         return _traced_classes[key]
 
-    def finish(stream: Any, error: Optional[BaseException]) -> None:
-        stream._agl_call.finish(stream._agl_accumulator.to_response(), error)
-
     if asynchronous:
 
         async def __anext__(self: Any) -> Any:
-            try:
+            with _StreamStep(self, StopAsyncIteration):
                 chunk = await base.__anext__(self)  # type: ignore[attr-defined]
-            except StopAsyncIteration:
-                finish(self, None)
-                raise
-            except Exception as exc:
-                finish(self, exc)
-                raise
             self._agl_accumulator.add(chunk)
             return chunk
 
@@ -81,14 +89,8 @@ def _traced_stream_class(base: type, asynchronous: bool) -> type:
     else:
 
         def __next__(self: Any) -> Any:
-            try:
+            with _StreamStep(self, StopIteration):
                 chunk = base.__next__(self)  # type: ignore[attr-defined]
-            except StopIteration:
-                finish(self, None)
-                raise
-            except Exception as exc:
-                finish(self, exc)
-                raise
             self._agl_accumulator.add(chunk)
             return chunk
 

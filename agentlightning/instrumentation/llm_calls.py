@@ -163,6 +163,19 @@ def _is_given(value: Any) -> bool:
     return value is not None and type(value).__name__ not in ("NotGiven", "Omit")
 
 
+@contextmanager
+def _finishing(call: _LLMCall, accumulator: Any) -> Iterator[None]:
+    """Around reading a stream: the call's span ends with what was read, and the error that stopped it."""
+    error: Optional[BaseException] = None
+    try:
+        yield
+    except Exception as exc:
+        error = exc
+        raise
+    finally:
+        call.finish(accumulator.to_response(), error)
+
+
 def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
     """Wrap a `Stream` in place (its type stays `openai.Stream`) so the span ends with the stream."""
     accumulator = call.format.accumulator()
@@ -170,16 +183,10 @@ def _instrument_sync_stream(stream: Any, call: _LLMCall) -> None:
     original_close = stream.close
 
     def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
+        with _finishing(call, accumulator):
             for chunk in original_iterator:
                 accumulator.add(chunk)
                 yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
 
     def close() -> None:
         try:
@@ -197,16 +204,10 @@ def _instrument_async_stream(stream: Any, call: _LLMCall) -> None:
     original_close = stream.close
 
     async def iterate() -> Any:
-        error: Optional[BaseException] = None
-        try:
+        with _finishing(call, accumulator):
             async for chunk in original_iterator:
                 accumulator.add(chunk)
                 yield chunk
-        except Exception as exc:
-            error = exc
-            raise
-        finally:
-            call.finish(accumulator.to_response(), error)
 
     async def close() -> None:
         try:
@@ -268,17 +269,45 @@ def _suppressed() -> bool:
     return bool(otel_context.get_value(_SUPPRESS_KEY))
 
 
-def _call_suppressed(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call the wrapped `create` with inner instrumentations suppressed, so one call makes one span."""
+@contextmanager
+def _inner_capture_suppressed(suppress: bool) -> Iterator[None]:
+    """Around the wrapped `create`: inner instrumentations suppressed (when `suppress`), so one call makes one span."""
+    if not suppress:
+        yield
+        return
     token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
     try:
-        return func(*args, **kwargs)
+        yield
     finally:
         otel_context.detach(token)
 
 
-def _use_span(span: trace_api.Span) -> Any:
-    return trace_api.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+def _plan_call(
+    kwargs: dict[str, Any], call_format: CallFormat, enabled: Callable[[], bool]
+) -> tuple[bool, Optional[_LLMCall]]:
+    """Whether to suppress inner capture around one client call, and the call's open span if it is recorded."""
+    if client_capture_off():
+        return True, None
+    if not enabled() or _suppressed():
+        return False, None
+    call = _start_call(kwargs, call_format)
+    return call is not None, call
+
+
+@contextmanager
+def _recorded_call(suppress: bool, call: Optional[_LLMCall]) -> Iterator[None]:
+    """The block that makes the client call: inside the call's span, an exception finishing it with an error."""
+    if call is None:
+        with _inner_capture_suppressed(suppress):
+            yield
+        return
+    try:
+        with trace_api.use_span(call.span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            with _inner_capture_suppressed(suppress):
+                yield
+    except Exception as exc:
+        call.finish(error=exc)
+        raise
 
 
 def wrap_sync_call(
@@ -288,20 +317,11 @@ def wrap_sync_call(
 
     @functools.wraps(original)
     def create(*args: Any, **kwargs: Any) -> Any:
-        if client_capture_off():
-            return _call_suppressed(original, *args, **kwargs)
-        if not enabled() or _suppressed():
-            return original(*args, **kwargs)
-        call = _start_call(kwargs, call_format)
-        if call is None:
-            return original(*args, **kwargs)
-        try:
-            with _use_span(call.span):
-                result = _call_suppressed(original, *args, **kwargs)
-        except Exception as exc:
-            call.finish(error=exc)
-            raise
-        _finish_call(result, call)
+        suppress, call = _plan_call(kwargs, call_format, enabled)
+        with _recorded_call(suppress, call):
+            result = original(*args, **kwargs)
+        if call is not None:
+            _finish_call(result, call)
         return result
 
     setattr(create, WRAPPED_MARK, original)
@@ -329,28 +349,11 @@ def wrap_async_call(
 
     @functools.wraps(original)
     async def create(*args: Any, **kwargs: Any) -> Any:
-        if client_capture_off():
-            token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-            try:
-                return await _awaited(original(*args, **kwargs))
-            finally:
-                otel_context.detach(token)
-        if not enabled() or _suppressed():
-            return await _awaited(original(*args, **kwargs))
-        call = _start_call(kwargs, call_format)
-        if call is None:
-            return await _awaited(original(*args, **kwargs))
-        try:
-            with _use_span(call.span):
-                token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
-                try:
-                    result = await _awaited(original(*args, **kwargs))
-                finally:
-                    otel_context.detach(token)
-        except Exception as exc:
-            call.finish(error=exc)
-            raise
-        _finish_call(result, call)
+        suppress, call = _plan_call(kwargs, call_format, enabled)
+        with _recorded_call(suppress, call):
+            result = await _awaited(original(*args, **kwargs))
+        if call is not None:
+            _finish_call(result, call)
         return result
 
     setattr(create, WRAPPED_MARK, original)

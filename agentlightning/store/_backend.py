@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 from agentlightning.types import (
+    Attempt,
     AttemptedRollout,
     EnqueueRolloutRequest,
     NamedResources,
@@ -30,7 +31,7 @@ from agentlightning.types import (
 )
 
 from . import _arguments as arguments
-from .base import FilterLogic, LightningStore, SortOrder
+from .base import UNSET, FilterLogic, LightningStore, SortOrder
 from .tracking import register_store_metrics, tracked
 from .utils import Clock
 from .waiters import CompletionWaiters, QueueWaiters, dequeue_when_available, wait_until_finished
@@ -88,6 +89,22 @@ class BackendLightningStore(LightningStore):
         """Create (under a new id when None) or replace a resources bundle and make it the latest."""
 
     @abstractmethod
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
+        """Store a new `preparing` rollout from `draft` with its first attempt (given to `worker_id`)."""
+
+    @abstractmethod
+    async def _apply_rollout_update(self, rollout_id: str, changes: dict[str, Any], resources_id: Any) -> Rollout:
+        """Apply checked `changes` and `resources_id` (unless UNSET) to a rollout; a status follows the queue rules."""
+
+    @abstractmethod
+    async def _apply_attempt_update(self, rollout_id: str, attempt_id: str, changes: dict[str, Any]) -> Attempt:
+        """Apply checked `changes` to an attempt (`attempt_id` may be "latest"), reassigning its worker if asked."""
+
+    @abstractmethod
+    async def _attempts_page(self, page: arguments.Page, rollout_id: str) -> PaginatedResult[Attempt]:
+        """One page of a rollout's attempts."""
+
+    @abstractmethod
     async def _rollouts_page(
         self,
         page: arguments.Page,
@@ -122,6 +139,21 @@ class BackendLightningStore(LightningStore):
         """One page of the workers that match."""
 
     # ---- the calls that only check arguments ----
+
+    @tracked("rollouts")
+    @healthcheck_before
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: Optional[RolloutMode] = None,
+        resources_id: Optional[str] = None,
+        config: Optional[RolloutConfig] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        worker_id: Optional[str] = None,
+    ) -> AttemptedRollout:
+        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
+        arguments.check_worker_id(worker_id)
+        return await self._start_now(draft, worker_id)
 
     @tracked("rollouts")
     @healthcheck_before
@@ -199,6 +231,35 @@ class BackendLightningStore(LightningStore):
             self._watchdog.maybe_scan,
         )
 
+    @tracked("rollouts")
+    @healthcheck_before
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: Any = UNSET,
+        mode: Any = UNSET,
+        resources_id: Any = UNSET,
+        status: Any = UNSET,
+        config: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Rollout:
+        changes = arguments.rollout_changes(input, mode, status, config, metadata)
+        return await self._apply_rollout_update(rollout_id, changes, resources_id)
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        status: Any = UNSET,
+        worker_id: Any = UNSET,
+        last_heartbeat_time: Any = UNSET,
+        metadata: Any = UNSET,
+    ) -> Attempt:
+        changes = arguments.attempt_changes(status, worker_id, last_heartbeat_time, metadata)
+        return await self._apply_attempt_update(rollout_id, attempt_id, changes)
+
     @tracked("spans")
     @healthcheck_before
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
@@ -246,6 +307,21 @@ class BackendLightningStore(LightningStore):
         page = arguments.check_query("rollout", sort_by, sort_order, limit, offset, filter_logic)
         statuses, ids = arguments.rollout_query_filters(status_in, status, rollout_id_in, rollout_ids)
         return await self._rollouts_page(page, filter_logic, statuses, ids, rollout_id_contains)
+
+    @tracked("attempts")
+    @healthcheck_before
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: Optional[str] = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        return await self._attempts_page(
+            arguments.check_query("attempt", sort_by, sort_order, limit, offset), rollout_id
+        )
 
     @tracked("spans")
     @healthcheck_before

@@ -10,15 +10,13 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 
+from .base import TraceRequest
 from .otel import LightningSpanProcessor, OtelTracer, _attach_processor, _detach_processor
-
-if TYPE_CHECKING:
-    from agentlightning.store.base import LightningStore
 
 __all__ = ["AgentOpsTracer", "LightningSpanProcessor"]
 
@@ -102,25 +100,15 @@ class AgentOpsTracer(OtelTracer):
         super().teardown_worker(worker_id, *args, **kwargs)
 
     @asynccontextmanager
-    async def trace_context(
-        self,
-        name: Optional[str] = None,
-        *,
-        store: Optional[LightningStore] = None,
-        rollout_id: Optional[str] = None,
-        attempt_id: Optional[str] = None,
-        defer_last_batch: bool = False,
-    ) -> AsyncIterator[trace_api.Tracer]:
-        """OtelTracer's trace context around an AgentOps trace, as v0.3.
+    async def _open_trace(self, request: TraceRequest) -> AsyncIterator[trace_api.Tracer]:
+        """OtelTracer's trace around an AgentOps trace, as v0.3.
 
-        The AgentOps trace (named `name`, else the rollout id) is started inside the context, so its
-        `<trace name>.session` span is recorded beside the agent's spans; it ends with status ERROR when
-        the block raises.
+        The AgentOps trace (named after the context, else the rollout id) is started inside the trace, so
+        its `<trace name>.session` span is recorded beside the agent's spans; it ends with status ERROR
+        when the block raises.
         """
-        async with super().trace_context(
-            name, store=store, rollout_id=rollout_id, attempt_id=attempt_id, defer_last_batch=defer_last_batch
-        ) as otel_tracer:
-            with self._agentops_trace(name if name is not None else rollout_id):
+        async with super()._open_trace(request) as otel_tracer:
+            with self._agentops_trace(request.name if request.name is not None else request.rollout_id):
                 yield otel_tracer
 
     @contextmanager

@@ -7,7 +7,8 @@ import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 from agentlightning.attributes.otel import sanitize_attributes
@@ -94,8 +95,31 @@ class Tracer(ParallelWorkerBase):
         attempt_id: Optional[str] = None,
     ) -> AsyncIterator[Any]:
         """Trace everything inside the block as part of one rollout attempt; the tracer is active meanwhile."""
+        request = TraceRequest(name, self._trace_store(store, rollout_id, attempt_id), rollout_id, attempt_id)
+        async with self._activated_trace(request) as handle:
+            yield handle
+
+    @asynccontextmanager
+    async def _activated_trace(self, request: TraceRequest) -> AsyncIterator[Any]:
+        """`_open_trace(request)` with this tracer active inside; the previous one is back once it has closed."""
+        previous: Optional[Tracer] = None
+        swapped = False
+        try:
+            async with self._open_trace(request) as handle:
+                previous, swapped = replace_active_tracer(self), True
+                yield handle
+        finally:
+            if swapped:
+                self._restore_active(previous, still_open=self._still_tracing())
+
+    def _open_trace(self, request: TraceRequest) -> AbstractAsyncContextManager[Any]:
+        """A tracer's own part of `trace_context`: open one trace for `request`, yield what the block gets,
+        and close the trace (delivering its spans) when the block leaves."""
         raise NotImplementedError(f"{type(self).__name__} does not implement trace_context")
-        yield  # pragma: no cover
+
+    def _still_tracing(self) -> bool:
+        """Whether another trace context of this tracer is still open (it then stays active)."""
+        return False
 
     def get_last_trace(self) -> list[Span]:
         """Spans captured by the most recent `trace_context`."""
@@ -216,6 +240,18 @@ class Tracer(ParallelWorkerBase):
         )
         async with self.trace_context(name=getattr(func, "__name__", None)):
             return await func(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """What one `trace_context` was asked for: its name, the store it writes to, the attempt's ids."""
+
+    name: Optional[str]
+    store: Optional[LightningStore]
+    rollout_id: Optional[str]
+    attempt_id: Optional[str]
+    #: Leave the last spans for `finish_last_trace` / `flush_last_trace` (tracers that defer: `OtelTracer`).
+    defer_last_batch: bool = False
 
 
 def _check_trace_ids(rollout_id: Optional[str], attempt_id: Optional[str]) -> None:

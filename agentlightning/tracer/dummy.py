@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from agentlightning.types import Span, SpanCoreFields, TraceStatus
 
 from ._delivery import DUMMY_ATTEMPT_ID, DUMMY_ROLLOUT_ID
-from .base import Tracer, _check_trace_ids, get_active_tracer, replace_active_tracer  # pyright: ignore[reportPrivateUsage]
+from .base import Tracer, TraceRequest, _check_trace_ids  # pyright: ignore[reportPrivateUsage]
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -31,21 +31,17 @@ class DummyTracer(Tracer):
         self._recording: Optional[list[SpanCoreFields]] = None
         self._last: list[Span] = []
 
-    @asynccontextmanager
-    async def trace_context(
-        self,
-        name: Optional[str] = None,
-        *,
-        store: Optional[LightningStore] = None,
-        rollout_id: Optional[str] = None,
-        attempt_id: Optional[str] = None,
-    ) -> AsyncIterator[DummyTracer]:
+    def _trace_store(
+        self, store: Optional[LightningStore], rollout_id: Optional[str], attempt_id: Optional[str]
+    ) -> Optional[LightningStore]:
         _check_trace_ids(rollout_id, attempt_id)
+        return None  # writes to no store: `store=` and `init_worker`'s store are ignored
+
+    @asynccontextmanager
+    async def _open_trace(self, request: TraceRequest) -> AsyncIterator[DummyTracer]:
         recorded: list[SpanCoreFields] = []
         with self._lock:
             self._recording = recorded
-        previous = get_active_tracer()
-        replace_active_tracer(self)
         try:
             yield self
         finally:
@@ -54,13 +50,12 @@ class DummyTracer(Tracer):
             self._last = [
                 Span.from_core_fields(
                     core,
-                    rollout_id=rollout_id or DUMMY_ROLLOUT_ID,
-                    attempt_id=attempt_id or DUMMY_ATTEMPT_ID,
+                    rollout_id=request.rollout_id or DUMMY_ROLLOUT_ID,
+                    attempt_id=request.attempt_id or DUMMY_ATTEMPT_ID,
                     sequence_id=i,
                 )
                 for i, core in enumerate(recorded, start=1)
             ]
-            self._restore_active(previous)
 
     def get_last_trace(self) -> list[Span]:
         return list(self._last)

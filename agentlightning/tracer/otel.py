@@ -39,7 +39,7 @@ from ._delivery import (
 )
 from ._delivery import _current_session as _session_var
 from ._recording import OtelSpanRecordingContext, seconds_to_ns
-from .base import Tracer, get_active_tracer, replace_active_tracer
+from .base import Tracer, TraceRequest
 
 if TYPE_CHECKING:
     from agentlightning.store.base import LightningStore
@@ -399,19 +399,26 @@ class OtelTracer(Tracer):
         follow, or those spans never reach the store.
         """
         store = self._trace_store(store, rollout_id, attempt_id)
+        async with self._activated_trace(TraceRequest(name, store, rollout_id, attempt_id, defer_last_batch)) as otel:
+            yield otel
+
+    @asynccontextmanager
+    async def _open_trace(self, request: TraceRequest) -> AsyncIterator[trace_api.Tracer]:
         otel_tracer = self._ensure_setup()
         if self.instrument_openai:
             # Cheap, and keeps our wrapper outermost if another library wrapped the client since setup.
             self._instrument_openai_client()
         processor = self._processor
         assert processor is not None
-        session = TraceSession(owner=processor, rollout_id=rollout_id, attempt_id=attempt_id, store=store)
+        session = TraceSession(
+            owner=processor, rollout_id=request.rollout_id, attempt_id=request.attempt_id, store=request.store
+        )
         processor.open_session(session)
         token = _session_var.set(session)
-        previous_active = get_active_tracer()
-        replace_active_tracer(self)
         self._last_session = session
-        logger.debug("trace context %r opened for rollout %s attempt %s", name, session.rollout_id, session.attempt_id)
+        logger.debug(
+            "trace context %r opened for rollout %s attempt %s", request.name, session.rollout_id, session.attempt_id
+        )
         capture = ExitStack()
         if not self.instrument_openai:
             # The client patches are process-wide: another tracer may have installed them earlier.
@@ -424,10 +431,10 @@ class OtelTracer(Tracer):
         finally:
             _reset_session_var(token)
             processor.close_session(session)
-            try:
-                await session.close(keep_pending=defer_last_batch and rollout_id is not None)
-            finally:
-                self._restore_active(previous_active, still_open=bool(processor.open_sessions))
+            await session.close(keep_pending=request.defer_last_batch and request.rollout_id is not None)
+
+    def _still_tracing(self) -> bool:
+        return self._processor is not None and bool(self._processor.open_sessions)
 
     async def flush_last_trace(self) -> None:
         """Write the spans a `trace_context(defer_last_batch=True)` left unwritten (no-op when none are left)."""
@@ -462,24 +469,14 @@ class OtelTracer(Tracer):
         """Spans of the most recent trace context (as stored, with rollout/attempt/sequence ids)."""
         return self._last_session.get_spans() if self._last_session is not None else []
 
-    def create_span(
-        self,
-        name: str,
-        attributes: Optional[Attributes] = None,
-        timestamp: Optional[float] = None,
-        status: Optional[TraceStatus] = None,
-    ) -> SpanCoreFields:
+    def _record_core(self, core: SpanCoreFields) -> None:
+        """`create_span`'s instant span, as an OpenTelemetry span started and ended at its moment."""
         otel_tracer = self._otel_tracer or self._ensure_setup()
-        moment = timestamp if timestamp is not None else time.time()
-        clean = sanitize_attributes(attributes) if attributes else {}
-        moment_ns = seconds_to_ns(moment)
-        span = otel_tracer.start_span(name, attributes=clean, start_time=moment_ns)
-        if status is not None:
-            span.set_status(Status(OtelStatusCode[status.status_code], status.description))
+        moment_ns = seconds_to_ns(core.start_time if core.start_time is not None else time.time())
+        span = otel_tracer.start_span(core.name, attributes=core.attributes, start_time=moment_ns)
+        if core.status != TraceStatus():
+            span.set_status(Status(OtelStatusCode[core.status.status_code], core.status.description))
         span.end(end_time=moment_ns)
-        return SpanCoreFields(
-            name=name, attributes=clean, status=status or TraceStatus(), start_time=moment, end_time=moment
-        )
 
     @contextmanager
     def operation_context(

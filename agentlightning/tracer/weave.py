@@ -41,7 +41,7 @@ from agentlightning.semconv import (
 from agentlightning.types import Attributes, Span, SpanCoreFields, TraceStatus
 
 from ._delivery import TraceSession
-from .base import Tracer, get_active_tracer, replace_active_tracer
+from .base import Tracer, TraceRequest
 
 if TYPE_CHECKING:
     from agentlightning.instrumentation.weave import InMemoryWeaveTraceServer, WeaveCallRecord
@@ -315,31 +315,23 @@ class WeaveTracer(Tracer):
     # ---- tracing ----
 
     @asynccontextmanager
-    async def trace_context(
-        self,
-        name: Optional[str] = None,
-        *,
-        store: Optional[LightningStore] = None,
-        rollout_id: Optional[str] = None,
-        attempt_id: Optional[str] = None,
-    ) -> AsyncIterator[Any]:
+    async def _open_trace(self, request: TraceRequest) -> AsyncIterator[Any]:
         """Capture the Weave calls (and emitted spans) of the block for one rollout attempt; yields the Weave client."""
-        store = self._trace_store(store, rollout_id, attempt_id)
         self._ensure_setup()
         import weave
 
         from agentlightning.instrumentation.weave import get_weave_client, weave_settings
 
-        session = TraceSession(owner=self, rollout_id=rollout_id, attempt_id=attempt_id, store=store)
+        session = TraceSession(
+            owner=self, rollout_id=request.rollout_id, attempt_id=request.attempt_id, store=request.store
+        )
         key = uuid.uuid4().hex
         with self._lock:
             self._sessions[key] = session
             self._open = [*self._open, session]
         self._last_session = session
         token = _current_session.set(session)
-        previous_active = get_active_tracer()
-        replace_active_tracer(self)
-        logger.debug("weave trace context %r opened for rollout %s", name, session.rollout_id)
+        logger.debug("weave trace context %r opened for rollout %s", request.name, session.rollout_id)
         try:
             from weave.trace.settings import override_settings
 
@@ -358,10 +350,10 @@ class WeaveTracer(Tracer):
                     self._open = [s for s in self._open if s is not session]
                     for trace_id in [t for t, s in self._trace_sessions.items() if s is session]:
                         del self._trace_sessions[trace_id]
-                try:
-                    await session.close()
-                finally:
-                    self._restore_active(previous_active, still_open=bool(self._open))
+                await session.close()
+
+    def _still_tracing(self) -> bool:
+        return bool(self._open)
 
     def get_last_trace(self) -> list[Span]:
         """Spans of the most recent trace context (as stored, with rollout/attempt/sequence ids)."""

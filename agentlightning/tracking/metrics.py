@@ -14,7 +14,8 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
 
 from .metric_windows import Histogram, RateWindow, WindowedHistogram, histogram_entry, merged_summary, rate_entry
 
@@ -68,6 +69,18 @@ def _combine(results: Sequence[Any]) -> Awaitable[None]:
     return _await_all(pending) if pending else RECORDED
 
 
+@dataclass(frozen=True)
+class MetricDeclaration:
+    """One `register_counter` / `register_histogram` call, as a backend receives it."""
+
+    kind: Literal["counter", "histogram"]
+    name: str
+    label_names: Optional[Sequence[str]]
+    group_level: Optional[int]
+    description: str
+    buckets: Optional[Sequence[float]] = None
+
+
 class MetricsBackend:
     """Where counters and histograms go (v0.3's interface).
 
@@ -89,7 +102,7 @@ class MetricsBackend:
         description: str = "",
     ) -> None:
         """Declare a counter and its label names (their order sets the grouping of `group_level`)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement register_counter")
+        self._register_metric(MetricDeclaration("counter", name, label_names, group_level, description))
 
     def register_histogram(
         self,
@@ -101,7 +114,11 @@ class MetricsBackend:
         description: str = "",
     ) -> None:
         """Declare a histogram (default buckets: `DEFAULT_BUCKETS`, in seconds)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement register_histogram")
+        self._register_metric(MetricDeclaration("histogram", name, label_names, group_level, description, buckets))
+
+    def _register_metric(self, metric: MetricDeclaration) -> None:
+        """What `register_counter` / `register_histogram` do in this backend."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement register_{metric.kind}")
 
     def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         """Add `amount` to a counter (registered on first use with the given label names)."""
@@ -166,30 +183,10 @@ class ConsoleMetricsBackend(MetricsBackend):
         if group_level is not None:
             self._group_levels[name] = group_level
 
-    def register_counter(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
+    def _register_metric(self, metric: MetricDeclaration) -> None:
         with self._lock:
-            self._declare(name, label_names, group_level)
-            self._counters.setdefault(name, {})
-
-    def register_histogram(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        buckets: Optional[Sequence[float]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
-        with self._lock:
-            self._declare(name, label_names, group_level)
-            self._histograms.setdefault(name, {})
+            self._declare(metric.name, metric.label_names, metric.group_level)
+            (self._counters if metric.kind == "counter" else self._histograms).setdefault(metric.name, {})
 
     def _key(self, name: str, labels: Labels) -> LabelKey:
         """The label pairs in the metric's label order (first use fixes it); unknown labels follow, sorted."""
@@ -327,26 +324,9 @@ class PrometheusMetricsBackend(MetricsBackend):
     def has_prometheus(self) -> bool:
         return True
 
-    def register_counter(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
-        self._get_or_create("counter", name, tuple(label_names or ()), description, None)
-
-    def register_histogram(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        buckets: Optional[Sequence[float]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
-        self._get_or_create("histogram", name, tuple(label_names or ()), description, buckets)
+    def _register_metric(self, metric: MetricDeclaration) -> None:
+        label_names = tuple(metric.label_names or ())
+        self._get_or_create(metric.kind, metric.name, label_names, metric.description, metric.buckets)
 
     def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         collector = self._collectors.get(name)
@@ -402,34 +382,14 @@ class MultiMetricsBackend(MetricsBackend):
     def has_prometheus(self) -> bool:
         return any(backend.has_prometheus() for backend in self.backends)
 
-    def register_counter(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
+    def _register_metric(self, metric: MetricDeclaration) -> None:
         for backend in self.backends:
-            _register(backend.register_counter, name, label_names, group_level, description)
-
-    def register_histogram(
-        self,
-        name: str,
-        label_names: Optional[Sequence[str]] = None,
-        buckets: Optional[Sequence[float]] = None,
-        group_level: Optional[int] = None,
-        *,
-        description: str = "",
-    ) -> None:
-        for backend in self.backends:
-            _register(
-                functools.partial(backend.register_histogram, buckets=buckets),
-                name,
-                label_names,
-                group_level,
-                description,
+            method = (
+                backend.register_counter
+                if metric.kind == "counter"
+                else functools.partial(backend.register_histogram, buckets=metric.buckets)
             )
+            _register(method, metric.name, metric.label_names, metric.group_level, metric.description)
 
     def inc_counter(self, name: str, amount: float = 1.0, labels: Labels = None) -> Awaitable[None]:
         return _combine([backend.inc_counter(name, amount, labels) for backend in self.backends])

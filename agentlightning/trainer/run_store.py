@@ -13,15 +13,12 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from agentlightning.semconv import AGL_RUN
 from agentlightning.store.base import LightningStore, LightningStoreCapabilities
 from agentlightning.store.forwarding import ForwardingLightningStore
 from agentlightning.types import EnqueueRolloutRequest, Rollout
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RUN_METADATA_KEY", "RunStore", "default_run_name"]
 

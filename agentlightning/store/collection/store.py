@@ -3,7 +3,8 @@
 Each public call checks its arguments (`store._arguments`), opens one atomic block and runs the state
 machine's steps (`collection.steps`, deciding with `store.transitions`): which calls create attempts, how
 the queue follows rollout status, how spans count as heartbeats, when the watchdog marks attempts stale.
-Calls that only check arguments and delegate (enqueue, dequeue, waits, resources) are `BackendLightningStore`'s.
+Calls that only check arguments and delegate (enqueue, dequeue, waits, resources, the updates and queries) are
+`BackendLightningStore`'s.
 """
 
 from __future__ import annotations
@@ -19,17 +20,14 @@ from agentlightning.types import (
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
     Span,
-    TaskInput,
     Worker,
 )
 from agentlightning.types.resources import validate_named_resources
 
 from .. import _arguments as arguments
 from .. import transitions
-from ..base import UNSET, FilterLogic, LightningStoreStatistics, SortOrder, is_unset
+from ..base import UNSET, FilterLogic, LightningStoreStatistics, is_unset
 from ..tracking import tracked
 from ..utils import Clock, copy_model, is_queuing, is_terminal, new_resources_id, run_of
 from ..watchdog import healthcheck_before
@@ -70,19 +68,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
 
     # ---- rollouts and the queue ----
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode] = None,
-        resources_id: Optional[str] = None,
-        config: Optional[RolloutConfig] = None,
-        metadata: Optional[dict[str, Any]] = None,
-        worker_id: Optional[str] = None,
-    ) -> AttemptedRollout:
-        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
-        arguments.check_worker_id(worker_id)
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
         async with self._writes() as c:
             now = self._now()
             rollout = draft.build("preparing", await self._resolve_resources_id(c, draft.resources_id), now)
@@ -176,19 +162,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             attempt = await self._latest_attempt(c, rollout_id)
         return transitions.attempted_rollout(rollout, attempt) if attempt is not None else plain(rollout)
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: Any = UNSET,
-        mode: Any = UNSET,
-        resources_id: Any = UNSET,
-        status: Any = UNSET,
-        config: Any = UNSET,
-        metadata: Any = UNSET,
-    ) -> Rollout:
-        changes = arguments.rollout_changes(input, mode, status, config, metadata)
+    async def _apply_rollout_update(self, rollout_id: str, changes: dict[str, Any], resources_id: Any) -> Rollout:
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             if not is_unset(resources_id):
@@ -216,24 +190,17 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
 
     # ---- attempts ----
 
-    @tracked("attempts")
-    @healthcheck_before
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: Optional[str] = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        arguments.check_query("attempt", sort_by, sort_order, limit, offset)
+    async def _attempts_page(self, page: arguments.Page, rollout_id: str) -> PaginatedResult[Attempt]:
         async with self._reads() as c:
-            page = await c.attempts.query(
-                by_rollout(rollout_id), sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+            found = await c.attempts.query(
+                by_rollout(rollout_id),
+                sort_by=page.sort_by,
+                sort_order=page.sort_order,
+                limit=page.limit,
+                offset=page.offset,
             )
         return PaginatedResult[Attempt].model_construct(
-            items=[a.model_copy() for a in page.items], limit=limit, offset=offset, total=page.total
+            items=[a.model_copy() for a in found.items], limit=page.limit, offset=page.offset, total=found.total
         )
 
     @tracked("attempts")
@@ -243,18 +210,7 @@ class CollectionBasedLightningStore(CollectionStoreSteps, Generic[T_Collections]
             attempt = await self._latest_attempt(c, rollout_id)
         return attempt.model_copy() if attempt is not None else None
 
-    @tracked("attempts")
-    @healthcheck_before
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        status: Any = UNSET,
-        worker_id: Any = UNSET,
-        last_heartbeat_time: Any = UNSET,
-        metadata: Any = UNSET,
-    ) -> Attempt:
-        changes = arguments.attempt_changes(status, worker_id, last_heartbeat_time, metadata)
+    async def _apply_attempt_update(self, rollout_id: str, attempt_id: str, changes: dict[str, Any]) -> Attempt:
         async with self._writes() as c:
             rollout = await self._require_rollout(c, rollout_id)
             attempt = await self._require_attempt(c, rollout_id, attempt_id)

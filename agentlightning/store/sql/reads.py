@@ -6,7 +6,8 @@ builds the `Where` and runs them in a read transaction.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 from agentlightning.types import AttemptedRollout, PaginatedResult, ResourcesUpdate, Rollout, Span, Worker
 
@@ -44,6 +45,8 @@ __all__ = [
     "unhealthy_rollout_ids",
 ]
 
+T = TypeVar("T")
+
 _ROLLOUT_WITH_LATEST_ATTEMPT = (
     "SELECT "
     + prefixed(ROLLOUT_COLUMNS, "r")
@@ -53,41 +56,57 @@ _ROLLOUT_WITH_LATEST_ATTEMPT = (
 )
 
 
+@dataclass(frozen=True)
+class _Listing(Generic[T]):
+    """A paged query: its page model, row decoder, SELECT (without WHERE) and matching COUNT."""
+
+    model: type[PaginatedResult[T]]
+    decode: Callable[[Row], T]
+    select: str
+    count: str
+
+
+def _table_listing(
+    model: type[PaginatedResult[T]], decode: Callable[[Row], T], table: str, columns: str
+) -> _Listing[T]:
+    return _Listing(
+        model, decode, "SELECT " + columns + " FROM {" + table + "}", "SELECT COUNT(*) FROM {" + table + "}"
+    )
+
+
+_ROLLOUTS = _Listing(
+    PaginatedResult[Union[Rollout, AttemptedRollout]],
+    attempted_rollout_from_row,
+    _ROLLOUT_WITH_LATEST_ATTEMPT,
+    "SELECT COUNT(*) FROM {rollouts} r",
+)
+_ATTEMPTS = _table_listing(PaginatedResult[Any], attempt_from_row, "attempts", ATTEMPT_COLUMNS)
+_SPANS = _table_listing(PaginatedResult[Span], span_from_row, "spans", "data")
+_RESOURCES = _table_listing(PaginatedResult[ResourcesUpdate], resources_from_row, "resources", RESOURCES_COLUMNS)
+_WORKERS = _table_listing(PaginatedResult[Worker], worker_from_row, "workers", WORKER_COLUMNS)
+
+
 async def _page(
-    st: StoreTransaction,
-    select: str,
-    count: str,
-    where: Where,
-    order: str,
-    limit: int,
-    offset: int,
-) -> tuple[list[Row], int]:
-    """Rows of one page and the total number of matches (counted only when paging hides some)."""
+    st: StoreTransaction, listing: _Listing[T], where: Where, order: str, limit: int, offset: int
+) -> PaginatedResult[T]:
+    """One page of decoded rows and the total number of matches (counted only when paging hides some)."""
     where_sql, params = where.sql()
     paging, paging_params = limit_offset(limit, offset)
-    rows = await st.tx.fetchall(select + where_sql + order + paging, (*params, *paging_params))
-    if not paging:
-        return rows, len(rows)
-    total = await st.tx.fetchone(count + where_sql, params)
-    return rows, int(total[0]) if total is not None else 0
+    rows = await st.tx.fetchall(listing.select + where_sql + order + paging, (*params, *paging_params))
+    total = len(rows)
+    if paging:
+        counted = await st.tx.fetchone(listing.count + where_sql, params)
+        total = int(counted[0]) if counted is not None else 0
+    return listing.model.model_construct(
+        items=[listing.decode(row) for row in rows], limit=limit, offset=offset, total=total
+    )
 
 
 async def rollouts_page(
     st: StoreTransaction, where: Where, sort_by: Optional[str], sort_order: str, limit: int, offset: int
 ) -> PaginatedResult[Union[Rollout, AttemptedRollout]]:
     """Rollouts (columns aliased `r.`), each with its latest attempt when it has one."""
-    rows, total = await _page(
-        st,
-        _ROLLOUT_WITH_LATEST_ATTEMPT,
-        "SELECT COUNT(*) FROM {rollouts} r",
-        where,
-        order_by(sort_by, sort_order, alias="r"),
-        limit,
-        offset,
-    )
-    return PaginatedResult[Union[Rollout, AttemptedRollout]].model_construct(
-        items=[attempted_rollout_from_row(row) for row in rows], limit=limit, offset=offset, total=total
-    )
+    return await _page(st, _ROLLOUTS, where, order_by(sort_by, sort_order, alias="r"), limit, offset)
 
 
 async def rollout_by_id(st: StoreTransaction, rollout_id: str) -> Optional[Rollout]:
@@ -95,16 +114,18 @@ async def rollout_by_id(st: StoreTransaction, rollout_id: str) -> Optional[Rollo
     return attempted_rollout_from_row(row) if row is not None else None
 
 
-async def rollouts_by_ids(st: StoreTransaction, rollout_ids: list[str]) -> dict[str, Rollout]:
-    """Plain rollouts (no attempt) by id; unknown ids are absent."""
+async def _rows_of_rollouts(st: StoreTransaction, columns: str, rollout_ids: list[str]) -> list[Row]:
     unique = list(dict.fromkeys(rollout_ids))
     if not unique:
-        return {}
-    rows = await st.tx.fetchall(
-        "SELECT " + ROLLOUT_COLUMNS + " FROM {rollouts} WHERE rollout_id IN (" + ", ".join("?" for _ in unique) + ")",
-        unique,
+        return []
+    return await st.tx.fetchall(
+        "SELECT " + columns + " FROM {rollouts} WHERE rollout_id IN (" + ", ".join("?" for _ in unique) + ")", unique
     )
-    return {row[0]: rollout_from_row(row) for row in rows}
+
+
+async def rollouts_by_ids(st: StoreTransaction, rollout_ids: list[str]) -> dict[str, Rollout]:
+    """Plain rollouts (no attempt) by id; unknown ids are absent."""
+    return {row[0]: rollout_from_row(row) for row in await _rows_of_rollouts(st, ROLLOUT_COLUMNS, rollout_ids)}
 
 
 async def finished_rollouts(st: StoreTransaction, rollout_ids: list[str]) -> tuple[dict[str, Rollout], bool]:
@@ -112,13 +133,7 @@ async def finished_rollouts(st: StoreTransaction, rollout_ids: list[str]) -> tup
 
     Waiters poll this often with many ids; only the terminal rows are decoded.
     """
-    unique = list(dict.fromkeys(rollout_ids))
-    if not unique:
-        return {}, False
-    rows = await st.tx.fetchall(
-        "SELECT rollout_id, status FROM {rollouts} WHERE rollout_id IN (" + ", ".join("?" for _ in unique) + ")",
-        unique,
-    )
+    rows = await _rows_of_rollouts(st, "rollout_id, status", rollout_ids)
     terminal = [row[0] for row in rows if is_terminal(row[1])]
     pending = len(terminal) < len(rows)
     return (await rollouts_by_ids(st, terminal) if terminal else {}), pending
@@ -127,18 +142,7 @@ async def finished_rollouts(st: StoreTransaction, rollout_ids: list[str]) -> tup
 async def attempts_page(
     st: StoreTransaction, where: Where, sort_by: Optional[str], sort_order: str, limit: int, offset: int
 ) -> PaginatedResult[Any]:
-    rows, total = await _page(
-        st,
-        "SELECT " + ATTEMPT_COLUMNS + " FROM {attempts}",
-        "SELECT COUNT(*) FROM {attempts}",
-        where,
-        order_by(sort_by, sort_order),
-        limit,
-        offset,
-    )
-    return PaginatedResult[Any].model_construct(
-        items=[attempt_from_row(row) for row in rows], limit=limit, offset=offset, total=total
-    )
+    return await _page(st, _ATTEMPTS, where, order_by(sort_by, sort_order), limit, offset)
 
 
 async def spans_page(
@@ -160,35 +164,13 @@ async def spans_page(
         scoped = scoped.required(("attempt_id = ?", [latest.attempt_id]))
     elif attempt_id is not None:
         scoped = scoped.required(("attempt_id = ?", [attempt_id]))
-    rows, total = await _page(
-        st,
-        "SELECT data FROM {spans}",
-        "SELECT COUNT(*) FROM {spans}",
-        scoped,
-        order_by(sort_by, sort_order),
-        limit,
-        offset,
-    )
-    return PaginatedResult[Span].model_construct(
-        items=[span_from_row(row) for row in rows], limit=limit, offset=offset, total=total
-    )
+    return await _page(st, _SPANS, scoped, order_by(sort_by, sort_order), limit, offset)
 
 
 async def resources_page(
     st: StoreTransaction, where: Where, sort_by: Optional[str], sort_order: str, limit: int, offset: int
 ) -> PaginatedResult[ResourcesUpdate]:
-    rows, total = await _page(
-        st,
-        "SELECT " + RESOURCES_COLUMNS + " FROM {resources}",
-        "SELECT COUNT(*) FROM {resources}",
-        where,
-        order_by(sort_by, sort_order),
-        limit,
-        offset,
-    )
-    return PaginatedResult[ResourcesUpdate].model_construct(
-        items=[resources_from_row(row) for row in rows], limit=limit, offset=offset, total=total
-    )
+    return await _page(st, _RESOURCES, where, order_by(sort_by, sort_order), limit, offset)
 
 
 async def resources_by_id(st: StoreTransaction, resources_id: str) -> Optional[ResourcesUpdate]:
@@ -211,18 +193,7 @@ async def latest_resources(st: StoreTransaction) -> Optional[ResourcesUpdate]:
 async def workers_page(
     st: StoreTransaction, where: Where, sort_by: Optional[str], sort_order: str, limit: int, offset: int
 ) -> PaginatedResult[Worker]:
-    rows, total = await _page(
-        st,
-        "SELECT " + WORKER_COLUMNS + " FROM {workers}",
-        "SELECT COUNT(*) FROM {workers}",
-        where,
-        order_by(sort_by, sort_order),
-        limit,
-        offset,
-    )
-    return PaginatedResult[Worker].model_construct(
-        items=[worker_from_row(row) for row in rows], limit=limit, offset=offset, total=total
-    )
+    return await _page(st, _WORKERS, where, order_by(sort_by, sort_order), limit, offset)
 
 
 async def worker_by_id(st: StoreTransaction, worker_id: str) -> Optional[Worker]:

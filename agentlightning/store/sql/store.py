@@ -18,10 +18,7 @@ from agentlightning.types import (
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
     Span,
-    TaskInput,
     Worker,
 )
 from agentlightning.types.resources import validate_named_resources
@@ -34,7 +31,6 @@ from ..base import (
     FilterLogic,
     LightningStoreCapabilities,
     LightningStoreStatistics,
-    SortOrder,
     StorageUnavailableError,
     is_unset,
 )
@@ -171,20 +167,7 @@ class SqlLightningStore(BackendLightningStore):
 
     # ---- rollouts and the queue ----
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: Optional[RolloutMode] = None,
-        resources_id: Optional[str] = None,
-        config: Optional[RolloutConfig] = None,
-        metadata: Optional[dict[str, Any]] = None,
-        worker_id: Optional[str] = None,
-    ) -> AttemptedRollout:
-        draft = arguments.rollout_draft(input, mode, resources_id, config, metadata)
-        arguments.check_worker_id(worker_id)
-
+    async def _start_now(self, draft: arguments.RolloutDraft, worker_id: Optional[str]) -> AttemptedRollout:
         async def step(st: StoreTransaction) -> AttemptedRollout:
             rollout = draft.build("preparing", await st.resolve_resources_id(draft.resources_id), st.now)
             await st.insert_rollouts([rollout])
@@ -245,21 +228,9 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._read(step)
 
-    @tracked("rollouts")
-    @healthcheck_before
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: Any = UNSET,
-        mode: Any = UNSET,
-        resources_id: Any = UNSET,
-        status: Any = UNSET,
-        config: Any = UNSET,
-        metadata: Any = UNSET,
-    ) -> Rollout:
-        if not is_unset(input):
-            to_json(input)  # fail before the transaction when the input cannot be stored
-        changes = arguments.rollout_changes(input, mode, status, config, metadata)
+    async def _apply_rollout_update(self, rollout_id: str, changes: dict[str, Any], resources_id: Any) -> Rollout:
+        if "input" in changes:
+            to_json(changes["input"])  # fail before the transaction when the input cannot be stored
 
         async def step(st: StoreTransaction) -> Rollout:
             record = await st.require_rollout(rollout_id)
@@ -286,22 +257,11 @@ class SqlLightningStore(BackendLightningStore):
 
     # ---- attempts ----
 
-    @tracked("attempts")
-    @healthcheck_before
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: Optional[str] = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        arguments.check_query("attempt", sort_by, sort_order, limit, offset)
+    async def _attempts_page(self, page: arguments.Page, rollout_id: str) -> PaginatedResult[Attempt]:
         where = Where(self._engine.dialect).require(("rollout_id = ?", [rollout_id]))
 
         async def step(st: StoreTransaction) -> PaginatedResult[Attempt]:
-            return await reads.attempts_page(st, where, sort_by, sort_order, limit, offset)
+            return await reads.attempts_page(st, where, page.sort_by, page.sort_order, page.limit, page.offset)
 
         return await self._read(step)
 
@@ -313,19 +273,7 @@ class SqlLightningStore(BackendLightningStore):
 
         return await self._read(step)
 
-    @tracked("attempts")
-    @healthcheck_before
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        status: Any = UNSET,
-        worker_id: Any = UNSET,
-        last_heartbeat_time: Any = UNSET,
-        metadata: Any = UNSET,
-    ) -> Attempt:
-        changes = arguments.attempt_changes(status, worker_id, last_heartbeat_time, metadata)
-
+    async def _apply_attempt_update(self, rollout_id: str, attempt_id: str, changes: dict[str, Any]) -> Attempt:
         async def step(st: StoreTransaction) -> Attempt:
             record = await st.require_rollout(rollout_id)
             attempt = await st.require_attempt(rollout_id, attempt_id)
