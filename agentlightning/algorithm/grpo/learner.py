@@ -393,9 +393,6 @@ class GRPOLearner:
         if len(chunks) > 1 and shared:
             ids = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=self.device)
             prefix = EncodedPrefix.encode(self.policy, ids, self._cache_keyword_of(self.policy))
-        if len(chunks) == 1:
-            batch = collate(members, self.pad_token_id, row_weights)
-            return self._backward(batch.to(self.device), scale, supervised, off_policy, tally)
         loss = 0.0
         try:
             for chunk in chunks:
@@ -406,6 +403,7 @@ class GRPOLearner:
         finally:
             if prefix is not None:
                 prefix.release()
+        self.progress.advance()
         return loss
 
     def _backward(
@@ -476,7 +474,7 @@ class GRPOLearner:
         for name in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio"):
             tally.sums[name] += float(getattr(out, name).item()) * count
         tally.sums["tokens"] += count
-        self.progress.advance(tokens)
+        self.progress.count(tokens)
         return float(out.loss.item())
 
     # Checkpoints -------------------------------------------------------------------------------------

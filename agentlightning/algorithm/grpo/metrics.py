@@ -125,9 +125,14 @@ class UpdateProgress:
         self.done, self.total, self.tokens, self.started = 0, total, 0, time.perf_counter()
         self.phase = phase
 
-    def advance(self, tokens: int) -> None:
+    def advance(self, tokens: int = 0) -> None:
+        """One more micro-batch done (and its `tokens`)."""
         self.tokens += tokens
         self.done += 1
+
+    def count(self, tokens: int) -> None:
+        """Tokens of a micro-batch still under way (a chunk of its rows)."""
+        self.tokens += tokens
 
     def finish(self) -> None:
         self.phase = ""

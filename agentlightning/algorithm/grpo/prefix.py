@@ -74,8 +74,29 @@ def forward_logits(
     if not hasattr(cache, "batch_repeat_interleave"):
         return _plain(model, input_ids, attention_mask, trailing_logits(model, width - keep_from))
     cache.batch_repeat_interleave(batch)  # type: ignore[union-attr]  # repeat_interleave: differentiable
-    positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(batch, -1)
-    tail = model(
+    tail = _tail_logits(model, input_ids, attention_mask, shared, cache, cache_keyword, keep_from)
+    if keep_from >= shared:
+        return tail, width - tail.shape[1]
+    return torch.cat([head.logits[:, -1:, :].expand(batch, 1, -1), tail], dim=1), shared - 1
+
+
+def _tail_logits(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    shared: int,
+    cache: Any,
+    cache_keyword: str,
+    keep_from: int,
+) -> torch.Tensor:
+    """Logits of positions `max(keep_from, shared)..W-1` of rows whose first `shared` tokens are in `cache`."""
+    import torch
+
+    from ...serving.sampling import trailing_logits
+
+    rows, width = input_ids.shape
+    positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(rows, -1)
+    return model(
         input_ids=input_ids[:, shared:],
         attention_mask=attention_mask,
         position_ids=positions,
@@ -83,9 +104,6 @@ def forward_logits(
         **{cache_keyword: cache},
         **trailing_logits(model, width - max(keep_from, shared)),
     ).logits
-    if keep_from >= shared:
-        return tail, width - tail.shape[1]
-    return torch.cat([head.logits[:, -1:, :].expand(batch, 1, -1), tail], dim=1), shared - 1
 
 
 def _plain(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: Any) -> Tuple[torch.Tensor, int]:
@@ -178,22 +196,10 @@ class EncodedPrefix:
         self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, cache_keyword: str, keep_from: int
     ) -> Tuple[torch.Tensor, int]:
         """`(logits, offset)` of a chunk of rows that start with the prefix, as `forward_logits` returns them."""
-        import torch
-
-        from ...serving.sampling import trailing_logits
-
         rows, width = input_ids.shape
-        shared = self.length
-        keep_from = max(shared, min(keep_from, width - 1))
-        positions = torch.arange(shared, width, device=input_ids.device).unsqueeze(0).expand(rows, -1)
-        tail = model(
-            input_ids=input_ids[:, shared:],
-            attention_mask=attention_mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_keyword: self._cache_for(rows)},
-            **trailing_logits(model, width - keep_from),
-        ).logits
+        keep_from = min(keep_from, width - 1)
+        cache = self._cache_for(rows)
+        tail = _tail_logits(model, input_ids, attention_mask, self.length, cache, cache_keyword, keep_from)
         return tail, width - tail.shape[1]
 
     def backward(self) -> None:

@@ -101,14 +101,16 @@ class _RecordingProgress(UpdateProgress):
         super().__init__()
         self.lines: List[str] = []
 
-    def advance(self, tokens: int) -> None:
+    def advance(self, tokens: int = 0) -> None:
         super().advance(tokens)
         self.lines.append(self.describe())
 
 
-def test_the_learner_reports_its_phase_micro_batches_and_tokens_per_second() -> None:
+@pytest.mark.parametrize("chunk_tokens", [0, 1])  # 1: every row goes backward on its own
+def test_the_learner_reports_its_phase_micro_batches_and_tokens_per_second(chunk_tokens: int) -> None:
     model, tokenizer = tiny_model(seed=4)
-    learner = GRPOLearner(model, tokenizer, GRPOConfig(micro_batch_size=4, max_updates_per_batch=2))
+    config = GRPOConfig(micro_batch_size=4, max_updates_per_batch=2, backward_chunk_tokens=chunk_tokens)
+    learner = GRPOLearner(model, tokenizer, config)
     learner.progress = progress = _RecordingProgress()
     learner.step(_samples(), off_policy=True)
     scoring = [line for line in progress.lines if line.startswith("scoring:")]
@@ -118,7 +120,8 @@ def test_the_learner_reports_its_phase_micro_batches_and_tokens_per_second() -> 
         "scoring: 2/3 micro-batches",
         "scoring: 3/3 micro-batches",
     ]
-    assert updating[-1].startswith("learner update: 3/3 micro-batches, ") and updating[-1].endswith(" tokens/s")
+    assert [line.split(",")[0] for line in updating] == [f"learner update: {i}/3 micro-batches" for i in (1, 2, 3)]
+    assert updating[-1].endswith(" tokens/s")
     assert progress.describe() == ""  # idle once the step is over
 
 
