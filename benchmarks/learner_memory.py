@@ -10,6 +10,7 @@ and the allocator's free lists together).
 Run (one job at a time on a shared machine):
     PYTHONPATH=$PWD python benchmarks/learner_memory.py             # one update
     PYTHONPATH=$PWD python benchmarks/learner_memory.py --updates 2 # the second one too
+    PYTHONPATH=$PWD python benchmarks/learner_memory.py --profile 25 # where the last update's time goes
 
 Numbers depend on the machine and on what else runs on it; nothing here gates CI.
 """
@@ -114,6 +115,8 @@ def main() -> None:
     parser.add_argument(
         "--backward-chunk-tokens", type=int, default=-1, help="GRPOConfig.backward_chunk_tokens (-1: the demo's)"
     )
+    parser.add_argument("--freeze-embeddings", action="store_true", help="GRPOConfig.freeze_embeddings")
+    parser.add_argument("--profile", type=int, default=0, help="torch.profiler's top N ops of the last update")
     args = parser.parse_args()
 
     peaks = PhasePeaks()
@@ -131,6 +134,8 @@ def main() -> None:
         config = replace(config, micro_batch_size=micro, gradient_accumulation_steps=accumulation)
     if args.backward_chunk_tokens >= 0:
         config = replace(config, backward_chunk_tokens=args.backward_chunk_tokens)
+    if args.freeze_embeddings:
+        config = replace(config, freeze_embeddings=True)
     model, tokenizer = load_causal_lm("smollm2", device="cpu")
     prepare_tokenizer(tokenizer)
     peaks.set("learner init")
@@ -151,7 +156,12 @@ def main() -> None:
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        metrics = learner.step(samples, off_policy=not args.sync)
+        if args.profile and update == args.updates - 1:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                metrics = learner.step(samples, off_policy=not args.sync)
+            print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile))
+        else:
+            metrics = learner.step(samples, off_policy=not args.sync)
         thread_phase.set()
         watcher.join()
         times.append(time.perf_counter() - started)
@@ -167,7 +177,7 @@ def main() -> None:
     print(
         f"config: micro_batch_size={config.micro_batch_size}, accumulation={config.gradient_accumulation_steps}, "
         f"max_updates={config.max_updates_per_batch}, kl_coef={config.kl_coef}, "
-        f"backward_chunk_tokens={config.backward_chunk_tokens}"
+        f"backward_chunk_tokens={config.backward_chunk_tokens}, freeze_embeddings={config.freeze_embeddings}"
     )
 
 

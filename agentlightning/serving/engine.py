@@ -33,6 +33,7 @@ from ._prefix_cache import PrefixCache
 from ._rows import Launched, Row
 from .adapters import copy_adapter_weights
 from .admission import Admission
+from .heap import release_free_memory
 from .models import eos_token_ids
 from .sampling import SamplingMode, SamplingParams, SlotSampling, TokenStep
 from .stream import CompletionEvent, CompletionStream, Outbox, SequenceDelta, SequenceEnd
@@ -243,9 +244,16 @@ class PolicyEngine(Admission):
         return self._weights_version
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold generation off (waits for the step in flight) - e.g. while a trainer updates a shared model."""
+    def exclusive(self, *, weights_change: bool = False) -> Iterator[None]:
+        """Hold generation off (waits for the step in flight) - e.g. while a trainer updates a shared model.
+
+        `weights_change`: the weights change inside, so the prefix caches (stale then) are emptied first and
+        their memory is free for the update; `update_weights` marks the new version afterwards."""
         with self._weights_lock:
+            if weights_change and any(len(cache) for cache in self._prefix_caches.values()):
+                for cache in self._prefix_caches.values():
+                    cache.clear()
+                release_free_memory()  # the blocks were the engine thread's: give them back for the update's
             yield
 
     def update_weights(self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]]) -> int:

@@ -118,9 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--async-rollouts",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="generate the next step's rollouts while the learner updates (bounded staleness, at most 1 update "
-        "old); --no-async-rollouts alternates generation and update",
+        "old; a second copy of the weights and a scoring pass per step). The default alternates generation and "
+        "update: on 2 cores it is faster and smaller (docs/demo.md)",
+    )
+    parser.add_argument(
+        "--freeze-embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train every weight but the (tied) token embeddings: no gradient or AdamW state for their 28M "
+        "weights; --no-freeze-embeddings trains them too",
+    )
+    parser.add_argument(
+        "--backward-chunk-tokens",
+        type=int,
+        default=128,
+        help="rows go backward in chunks of this many tokens past their shared prefix (the peak memory); 0: at once",
     )
     parser.add_argument(
         "--deterministic",
@@ -227,7 +241,7 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path, checkpoint_dir: Op
 
     # Rows per step: about one per rollout when calls merge into trajectories, about two per rollout otherwise.
     rows = args.batch_size * args.group_size * (1 if args.aggregation == "trajectory" else 2)
-    micro = 8  # rows per forward/backward (one shared prompt prefix each); the peak memory grows with it
+    micro = 16  # rows per micro-batch, their shared prompt prefix encoded once; memory: --backward-chunk-tokens
     return GRPOConfig(
         group_size=args.group_size,
         batch_size=args.batch_size,
@@ -242,6 +256,8 @@ def grpo_config(args: argparse.Namespace, metrics_path: Path, checkpoint_dir: Op
         learning_rate=args.lr,
         micro_batch_size=micro,
         gradient_accumulation_steps=max(1, -(-rows // micro) // max(1, args.optimizer_steps)),
+        backward_chunk_tokens=args.backward_chunk_tokens,
+        freeze_embeddings=args.freeze_embeddings,
         max_updates_per_batch=args.optimizer_steps,
         skip_no_signal_updates=True,  # a step whose groups all tie has nothing to teach: roll out again sooner
         drop_tied_groups=True,  # train only on groups whose rollouts scored differently (the others add nothing)
@@ -287,6 +303,8 @@ def rft_config(args: argparse.Namespace, metrics_path: Path) -> RFTConfig:
         epochs=args.rft_epochs,
         learning_rate=args.lr,
         micro_batch_size=8,
+        backward_chunk_tokens=args.backward_chunk_tokens,
+        freeze_embeddings=args.freeze_embeddings,
         aggregation=args.aggregation,
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank if args.lora_rank else 16,

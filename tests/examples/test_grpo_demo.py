@@ -219,7 +219,15 @@ def test_quick_demo_in_deterministic_mode_repeats_itself_and_evaluates_after_eve
     for name in ("a", "b"):
         model, tokenizer = tiny_model(seed=0)
         model.config.max_position_embeddings = 2048
-        argv = ["--quick", "--deterministic", "--eval-every", "1", "--output-dir", str(tmp_path / name)]
+        argv = [
+            "--quick",
+            "--deterministic",
+            "--async-rollouts",
+            "--eval-every",
+            "1",
+            "--output-dir",
+            str(tmp_path / name),
+        ]
         summary = train_calculator.run_demo(
             train_calculator.build_parser().parse_args(argv), model=model, tokenizer=tokenizer
         )

@@ -62,6 +62,18 @@ async def test_update_weights_serves_new_weights_and_bumps_the_version(engine: P
         assert torch.equal(tensor, other.state_dict()[name])
 
 
+async def test_an_exclusive_section_for_a_weights_change_empties_the_prefix_cache_first(engine: PolicyEngine) -> None:
+    engine.batch_window_s = 0.0
+    prompt = [1] + list(range(20, 60))
+    await engine.generate(prompt, GREEDY)
+    assert engine.prefix_cache is not None and len(engine.prefix_cache) == 1
+    with engine.exclusive():  # a reader (a fingerprint, a sampler) keeps the cache
+        assert len(engine.prefix_cache) == 1
+    with engine.exclusive(weights_change=True):  # a trainer's update: the entries would go stale
+        assert len(engine.prefix_cache) == 0
+    assert engine.weights_version == 0  # the new version is marked by update_weights, after the change
+
+
 async def test_stored_prompt_prefixes_are_forgotten_when_the_weights_change(engine: PolicyEngine) -> None:
     engine.batch_window_s = 0.0
     prompt = [1] + list(range(20, 60))

@@ -125,6 +125,11 @@ class GRPOConfig:
     (see `algorithm/grpo/prefix.py`). 0: the whole micro-batch at once."""
     gradient_accumulation_steps: Optional[int] = None
     """Micro-batches per optimizer step; None accumulates the whole batch into one step per epoch."""
+    freeze_embeddings: bool = False
+    """Full fine-tuning without the token embeddings: the input and output embedding matrices (one tied matrix
+    in SmolLM2 and Qwen2.5-0.5B, a fifth of the weights) stay as loaded, so they carry no gradient or AdamW
+    state (12 bytes a weight in float32) and their gradient is never computed. Checkpoints then hold the
+    other weights. Ignored with LoRA (the base is frozen anyway)."""
     clip_eps_low: float = 0.2
     """epsilon: lower clip of the probability ratio (1 - eps)."""
     clip_eps_high: float = 0.2

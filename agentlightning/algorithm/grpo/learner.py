@@ -10,7 +10,7 @@ import re
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -18,7 +18,7 @@ from ...serving.heap import release_free_memory
 from ...serving.models import TRAIN_EXTRA_HINT, resolve_device
 from .batch import Sample, TokenBatch, collate, micro_batches, rollout_row_weights, truncate_sample
 from .config import GRPOConfig
-from .loss import Objective, grpo_loss, nll_loss, token_entropy, token_logprobs
+from .loss import Objective, StepScale, grpo_loss, nll_loss, token_entropy, token_logprobs
 from .metrics import UpdateProgress, UpdateTally
 from .prefix import EncodedPrefix, common_prefix, forward_logits, pad_left, row_chunks
 
@@ -46,15 +46,6 @@ _WEIGHTS_FILE = "weights.pt"
 _STATE_FILE = "trainer_state.pt"
 
 
-@dataclass
-class _StepScale:
-    """What normalises a micro-batch's loss so the micro-batches of an optimizer step add up to its loss."""
-
-    num_tokens: float
-    num_sequences: float
-    total_weight: float
-
-
 class GRPOLearner:
     """Owns the policy being trained and updates it from samples with the GRPO loss.
 
@@ -78,6 +69,10 @@ class GRPOLearner:
         self._cache_keyword: Optional[str] = None
         torch.manual_seed(config.seed)
         model.to(self.device)
+        if config.freeze_embeddings and config.lora_rank == 0:
+            for embeddings in (model.get_input_embeddings(), model.get_output_embeddings()):  # type: ignore[operator]
+                if embeddings is not None:
+                    embeddings.weight.requires_grad_(False)
         self.policy: torch.nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
         self.reference: Optional[torch.nn.Module] = None
         if config.kl_coef > 0 and config.lora_rank == 0:
@@ -346,7 +341,7 @@ class GRPOLearner:
         try:
             for micro in steps:
                 members = [i for indices in micro for i in indices]
-                scale = _StepScale(
+                scale = StepScale(
                     num_tokens=float(sum(rows[i].trained_tokens for i in members)),
                     num_sequences=float(len(members)),
                     total_weight=sum(weights[i] * rows[i].trained_tokens for i in members),
@@ -370,7 +365,7 @@ class GRPOLearner:
         self,
         members: List[Sample],
         row_weights: List[float],
-        scale: _StepScale,
+        scale: StepScale,
         supervised: bool,
         off_policy: bool,
         tally: UpdateTally,
@@ -409,7 +404,7 @@ class GRPOLearner:
     def _backward(
         self,
         batch: TokenBatch,
-        scale: _StepScale,
+        scale: StepScale,
         supervised: bool,
         off_policy: bool,
         tally: UpdateTally,

@@ -24,10 +24,28 @@ from typing import TYPE_CHECKING, Literal, Optional, Tuple
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GRPOLossOutput", "Objective", "token_logprobs", "token_entropy", "grpo_loss", "nll_loss", "aggregate"]
+__all__ = [
+    "GRPOLossOutput",
+    "Objective",
+    "StepScale",
+    "token_logprobs",
+    "token_entropy",
+    "grpo_loss",
+    "nll_loss",
+    "aggregate",
+]
 
 Objective = Literal["grpo", "nll"]
 """What a learner update minimises: the GRPO objective, or the supervised negative log-likelihood (RFT)."""
+
+
+@dataclass
+class StepScale:
+    """What normalises a micro-batch's loss so the micro-batches of an optimizer step add up to its loss."""
+
+    num_tokens: float
+    num_sequences: float
+    total_weight: float
 
 
 @dataclass

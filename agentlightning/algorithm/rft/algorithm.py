@@ -108,7 +108,7 @@ class RFT(GRPO):
 
     def _supervised_update(self, samples: Sequence[Any]) -> Dict[str, float]:
         assert self.learner is not None and self.server is not None
-        with self.server.engine.exclusive():  # no generation while the shared weights change
+        with self.server.engine.exclusive(weights_change=True):  # no generation while the shared weights change
             metrics = self.learner.step(samples, objective="nll")
         self.phase = "weight swap"
         self.server.update_weights(self.learner.policy)

@@ -53,6 +53,10 @@ class RFTConfig:
     micro_batch_size: int = 4
     """Rows per forward/backward pass."""
     gradient_accumulation_steps: Optional[int] = None
+    backward_chunk_tokens: int = 256
+    """Rows go backward in chunks of this many tokens past their shared prefix (see `GRPOConfig`)."""
+    freeze_embeddings: bool = False
+    """The token embeddings stay as loaded (see `GRPOConfig.freeze_embeddings`)."""
     """Micro-batches per optimizer step; None: one optimizer step per epoch."""
     loss_aggregation: Literal["rollout-mean", "token-mean", "sequence-mean"] = "token-mean"
     """"token-mean": every generated token counts the same; "rollout-mean": every kept rollout does."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -14,6 +15,7 @@ from agentlightning.algorithm.grpo import GRPO, GRPOConfig, GRPOLearner, Sample
 from agentlightning.algorithm.grpo.batch import collate, micro_batches
 from agentlightning.algorithm.grpo.learner import UpdateProgress
 from agentlightning.algorithm.grpo.prefix import forward_logits
+from agentlightning.algorithm.rft import RFTConfig
 from agentlightning.serving.heap import limit_malloc_arenas, release_free_memory
 from agentlightning.serving.sampling import kv_cache_keyword
 from tests.support.tiny_model import tiny_model
@@ -156,3 +158,22 @@ def test_malloc_arenas_and_free_pages_are_given_back_where_glibc_runs() -> None:
         limit_malloc_arenas(0)
     assert isinstance(limit_malloc_arenas(2), bool)
     assert isinstance(release_free_memory(), bool)
+
+
+def test_frozen_embeddings_stay_as_loaded_and_hold_no_gradient_or_optimizer_state(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model(seed=4)
+    embeddings = model.get_input_embeddings().weight
+    assert embeddings is model.get_output_embeddings().weight  # tied, as in SmolLM2
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    config = GRPOConfig(micro_batch_size=4, learning_rate=1e-2, freeze_embeddings=True)
+    learner = GRPOLearner(model, tokenizer, config)
+    assert all(p is not embeddings for p in learner.trainable_parameters)
+    learner.step(_samples())
+    after = dict(model.named_parameters())
+    assert torch.equal(embeddings, before["model.embed_tokens.weight"])
+    moved = [name for name in before if not torch.equal(after[name], before[name])]
+    assert moved and len(moved) == len(learner.trainable_parameters)  # every other weight was trained
+    assert embeddings.grad is None and embeddings not in learner.optimizer.state
+    saved = torch.load(learner.save_checkpoint(tmp_path) / "weights.pt")
+    assert "model.embed_tokens.weight" not in saved and len(saved) == len(moved)
+    assert RFTConfig(freeze_embeddings=True).learner_config().freeze_embeddings  # the warm start's learner too
