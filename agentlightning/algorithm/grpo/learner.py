@@ -224,6 +224,7 @@ class GRPOLearner:
     def skip_step(self, samples: Sequence[Sample]) -> Dict[str, float]:
         """Count a step without updating (nothing to learn from `samples`): the weights and optimizer stay."""
         self.global_step += 1
+        release_free_memory()  # the step's generation freed memory too: the process stays flat without updates
         return {
             "update_skipped": 1.0,
             "samples": float(len(samples)),
