@@ -19,10 +19,24 @@ def free_port() -> int:
     return pick_free_port()
 
 
+_EARLIER_CHILDREN: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test() -> None:
+    """Remember the children alive when a test starts: the worker process runs other test files first, and a
+    child one of them left (a library's service process) is not this test's."""
+    _EARLIER_CHILDREN.clear()
+    _EARLIER_CHILDREN.update(child.pid for child in psutil.Process().children())
+
+
 def leftover_children() -> list[psutil.Process]:
-    """Child processes still alive, except multiprocessing's resource tracker (started by any earlier spawn)."""
+    """Child processes the current test started that are still alive, except multiprocessing's resource
+    tracker (started by any earlier spawn)."""
     kids: list[psutil.Process] = []
     for child in psutil.Process().children():
+        if child.pid in _EARLIER_CHILDREN:
+            continue
         try:
             if "multiprocessing.resource_tracker" in " ".join(child.cmdline()):
                 continue

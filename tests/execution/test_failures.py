@@ -233,3 +233,13 @@ def test_crashing_runners_do_not_hang_the_algorithm() -> None:
         trainer.fit(EchoAgent(), [])
     assert seen == {"cancelled": True}
     assert leftover_children() == []
+
+
+def test_leftover_children_sees_a_child_this_test_started() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert proc.pid in [child.pid for child in leftover_children()]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.pid not in [child.pid for child in leftover_children()]
