@@ -27,7 +27,7 @@ import logging
 import queue
 import random
 import threading
-from typing import TYPE_CHECKING, Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._prefix_cache import PrefixCache
 from ._rows import Launched, Row
@@ -69,7 +69,8 @@ class PolicyEngine(Admission):
         fuse: fused projections (`fused.py`: q/k/v as one matmul, gate/up as one) for Llama/Qwen2/Qwen3
             layers (other models keep their own layers, with the reason logged); on CPU also served from
             oneDNN-prepacked copies (1.5-1.7x faster decoding at 8 rows, measured, for the weights' size in
-            memory). None: on for CUDA, off on CPU (the copies raised `make demo`'s peak memory).
+            memory; `exclusive(weights_change=True)` drops them until `update_weights` packs again). None: on
+            for CUDA, off on CPU (GRPO and RFT turn it on where they serve the learner's own weights).
         max_prefill_tokens: padded prompt tokens per prefill pass (longer admissions are split).
         deterministic: one request at a time, no prefix cache, content-derived seeds (module docstring).
     """
@@ -154,6 +155,8 @@ class PolicyEngine(Admission):
         thread.join(timeout)
         self._fail_all(RuntimeError("the policy engine was closed before this request finished"))
         if not thread.is_alive():  # the KV cache (0.8 GB for SmolLM2's 33 slots of 512) goes: start() makes a new one
+            if self._slots is not None and self._slots.fused is not None:
+                self._slots.fused.restore()  # the layers' own forwards back, the prepacked copies freed
             self._slots, self._sampling, self._active_key = None, None, None  # the new slots start inactive
 
     @property
@@ -247,14 +250,24 @@ class PolicyEngine(Admission):
     def exclusive(self, *, weights_change: bool = False) -> Iterator[None]:
         """Hold generation off (waits for the step in flight) - e.g. while a trainer updates a shared model.
 
-        `weights_change`: the weights change inside, so the prefix caches (stale then) are emptied first and
-        their memory is free for the update; `update_weights` marks the new version afterwards."""
+        `weights_change`: the weights change inside, so the prefix caches and the prepacked copies of the
+        weights (`fuse` on CPU; both stale then) are dropped first and their memory is free for the update;
+        `update_weights` marks the new version afterwards and packs again."""
         with self._weights_lock:
-            if weights_change and any(len(cache) for cache in self._prefix_caches.values()):
+            if weights_change:
+                cached = any(len(cache) for cache in self._prefix_caches.values())
                 for cache in self._prefix_caches.values():
                     cache.clear()
-                release_free_memory()  # the blocks were the engine thread's: give them back for the update's
+                fused = self._slots.fused if self._slots is not None else None
+                if (fused is not None and fused.unpack()) or cached:
+                    release_free_memory()  # the engine thread's blocks go back to the OS for the update's
             yield
+
+    def packed_weights(self) -> Dict[str, Callable[[], torch.Tensor]]:
+        """The weights served from prepacked copies (`fuse` on CPU), by parameter name, each read back
+        dense on call; the weight fingerprint checks these in place of the parameters."""
+        fused = self._slots.fused if self._slots is not None else None
+        return fused.served_tensors(self.model) if fused is not None else {}
 
     def update_weights(self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]]) -> int:
         """Serve new weights from a state dict or a module (plain or peft); returns the new version.

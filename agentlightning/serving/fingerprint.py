@@ -10,14 +10,16 @@ reports) and compares the two (`compare_fingerprints`).
 
 The view both sides fingerprint is what the server computes with: without adapters, the plain model's
 state dict (a peft model's LoRA merged in, `weights.merged_state_dict`); with adapters, the peft model's
-parameters (the frozen base and each adapter's `lora_*` tensors).
+parameters (the frozen base and each adapter's `lora_*` tensors). A CPU server that decodes from oneDNN-prepacked
+copies of its weights (`fused.py`) reports those copies, read back dense, for the tensors they serve: a copy
+that missed an update differs from the parameter it was packed from.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pydantic import BaseModel
 
@@ -131,9 +133,11 @@ def fingerprint_of(
     adapters: Sequence[str] = (),
     per_layer: int = 2,
     dtypes: Optional[Mapping[str, str]] = None,
+    packed: Optional[Mapping[str, Callable[[], torch.Tensor]]] = None,
 ) -> WeightsFingerprint:
     """The fingerprint of `module` as served with `adapters`; `dtypes` casts tensors first (a learner
-    matching a server that serves another dtype, e.g. bfloat16 from float32 weights)."""
+    matching a server that serves another dtype, e.g. bfloat16 from float32 weights); `packed`: the
+    tensors a server computes with in place of some parameters (`PolicyEngine.packed_weights`)."""
     import torch
 
     view = served_view(module, adapters)
@@ -141,7 +145,7 @@ def fingerprint_of(
     device = "cpu"
     with torch.no_grad():
         for name in watched_names(list(view), per_layer, rotation=version):
-            tensor = view[name]
+            tensor = packed[name]() if packed is not None and name in packed else view[name]
             device = str(tensor.device)
             wanted = (dtypes or {}).get(name)
             if wanted is not None and wanted != _dtype_name(tensor):
@@ -190,7 +194,11 @@ def add_fingerprint_route(app: FastAPI, engine: PolicyEngine) -> None:
     def compute(per_layer: int) -> WeightsFingerprint:
         with engine.exclusive():
             return fingerprint_of(
-                engine.model, version=engine.weights_version, adapters=engine.adapters, per_layer=per_layer
+                engine.model,
+                version=engine.weights_version,
+                adapters=engine.adapters,
+                per_layer=per_layer,
+                packed=engine.packed_weights(),
             )
 
     @app.get(FINGERPRINT_PATH, response_model=None)

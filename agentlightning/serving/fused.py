@@ -17,6 +17,7 @@ layer whose fused output differs from its own) keep their own code; the reason i
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import types
@@ -295,6 +296,47 @@ class FusedLayers:
             self.pack(self.batch_hint)
         return len(moved)
 
+    def unpack(self) -> bool:
+        """Drop the prepacked copies, whose memory is then free (for a weight update), and serve the dense
+        weights until `refresh` packs again; returns whether there were copies to drop."""
+        dropped = any(layer.packed is not None for layer in self.layers)
+        for layer in self.layers:
+            layer.packed = None
+        if self.head is not None and self.head.packed is not None:
+            self.head.packed, dropped = None, True
+        return dropped
+
+    def served_tensors(self, model: Any) -> Dict[str, Callable[[], Any]]:
+        """What the prepacked copies serve, by `model`'s parameter name: each entry reads the rows of its
+        weight back from the copy, dense (the weight fingerprint checks them; a copy that missed an update
+        differs from the parameter). Empty when nothing is packed."""
+        names = {id(module): name for name, module in model.named_modules()}
+        served: Dict[str, Callable[[], Any]] = {}
+        for layer in self.layers:
+            if layer.packed is None:
+                continue
+            groups = {
+                "qkv": layer.qkv.linears,
+                "o": (layer.attn.o_proj,),
+                "gate_up": layer.gate_up.linears,
+                "down": (layer.layer.mlp.down_proj,),
+            }
+            for key, linears in groups.items():
+                start = 0
+                for module in linears:
+                    rows = int(module.weight.shape[0])
+                    if id(module) in names:
+                        served[f"{names[id(module)]}.weight"] = functools.partial(
+                            _packed_rows, layer.packed[key], start, start + rows
+                        )
+                    start += rows
+        head = self.head
+        if head is not None and head.packed is not None and id(head.module) in names:
+            served[f"{names[id(head.module)]}.weight"] = functools.partial(
+                _packed_rows, head.packed, 0, int(head.module.weight.shape[0])
+            )
+        return served
+
     def restore(self) -> None:
         """Give every layer its own forward back (the weights stay views; they serve the same values)."""
         for layer in self.layers:
@@ -322,6 +364,10 @@ class FusedLayers:
         q, k, v = self.pre(*entry.pre_arguments(hidden_states, cos, sin, weights), *shape)
         out = entry.attention(q, k, v, mask, cache, kwargs)
         return self.post(*entry.post_arguments(out, hidden_states, weights))
+
+
+def _packed_rows(packed: Any, start: int, stop: int) -> Any:
+    return packed.to_dense()[start:stop]
 
 
 def _decoder_layers(model: Any) -> Tuple[List[Any], Optional[str]]:

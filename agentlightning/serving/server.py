@@ -103,6 +103,9 @@ class PolicyServer(OpenAIServer):
             `model_name` then run the base with adapters disabled, and unknown adapters get 404.
         compile: `torch.compile` one fused decoder layer for every layer (True), or the whole forward
             ("model"); see `PolicyEngine`.
+        fuse: fused projections, on CPU served from prepacked copies of the weights (faster decoding; the
+            copies take the weights' size and are dropped while an update holds the engine); None: CUDA only.
+            See `PolicyEngine`.
         keep_sampled_turns: prompt a conversation that comes back longer with the ids the model sampled for
             its earlier turns, not their re-tokenized text (`sampled_turns.py`), so multi-turn trajectories
             merge; how many prompts did so is `sampled_turns.reused_prompts`. False: always tokenize the text.
@@ -128,6 +131,7 @@ class PolicyServer(OpenAIServer):
         hold_timeout_s: float = 600.0,
         adapters: Sequence[str] = (),
         compile: Union[bool, str] = False,
+        fuse: Optional[bool] = None,
         deterministic: bool = False,
         keep_sampled_turns: bool = True,
         max_body_size: int = DEFAULT_MAX_REQUEST_SIZE,
@@ -144,6 +148,7 @@ class PolicyServer(OpenAIServer):
             seed=seed,
             adapters=adapters,
             compile=compile,
+            fuse=fuse,
             deterministic=deterministic,
         )
         super().__init__(

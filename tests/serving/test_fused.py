@@ -6,12 +6,20 @@ import asyncio
 import copy
 from typing import Any, List
 
+import httpx
 import pytest
 import torch
 
 from agentlightning.serving.engine import PolicyEngine
+from agentlightning.serving.fingerprint import (
+    FINGERPRINT_PATH,
+    WeightsFingerprint,
+    compare_fingerprints,
+    fingerprint_of,
+)
 from agentlightning.serving.fused import fuse_layers
 from agentlightning.serving.sampling import SamplingParams
+from agentlightning.serving.server import PolicyServer
 from tests.support.tiny_model import ScriptedLM, tiny_model
 
 pytestmark = pytest.mark.train
@@ -170,3 +178,40 @@ def test_models_that_do_not_fit_keep_their_own_layers() -> None:
         assert asyncio.run(engine.generate([1, 9], GREEDY))[0].token_ids
     finally:
         engine.close()
+
+
+def _served(server: PolicyServer) -> WeightsFingerprint:
+    url = f"{server.endpoint.removesuffix('/v1')}{FINGERPRINT_PATH}"
+    return WeightsFingerprint.model_validate(httpx.get(url, params={"per_layer": 0}, timeout=30).json())
+
+
+def test_an_update_frees_the_prepacked_copies_and_the_fingerprint_reads_what_is_served() -> None:
+    model, tokenizer = _model()
+    server = PolicyServer(model, tokenizer, port=0, fuse=True)
+    server.start()
+    engine, attn = server.engine, model.model.layers[0].self_attn
+    name = "model.layers.0.self_attn.k_proj.weight"
+    try:
+        plan = engine.slot_model.fused
+        assert plan is not None and plan.packed and all(layer.packed is not None for layer in plan.layers)
+        parameters = dict(model.named_parameters())
+        packed = engine.packed_weights()
+        assert name in packed and "lm_head.weight" in packed
+        assert all(torch.equal(read(), parameters.get(key, model.lm_head.weight)) for key, read in packed.items())
+
+        with engine.exclusive(weights_change=True):  # a learner update: the copies' memory is free meanwhile
+            assert all(layer.packed is None for layer in plan.layers) and not engine.packed_weights()
+            with torch.no_grad():
+                attn.k_proj.weight.add_(0.5)
+        engine.update_weights(model)  # shared-model mode: announced, packed again from the new values
+        assert torch.equal(engine.packed_weights()[name](), attn.k_proj.weight)
+        assert _served(server) == fingerprint_of(model, version=1, per_layer=0)
+
+        with torch.no_grad():  # changed but never announced: the copies still serve the old values
+            attn.k_proj.weight.add_(0.5)
+        problems = compare_fingerprints(fingerprint_of(model, version=1, per_layer=0), _served(server))
+        assert len(problems) == 1 and name in problems[0] and "checksum" in problems[0]
+    finally:
+        server.stop()
+    assert "forward" not in model.model.layers[0].__dict__  # closing gave the layers their own code back
+    assert "forward" not in model.lm_head.__dict__

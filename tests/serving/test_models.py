@@ -27,6 +27,20 @@ def test_load_from_a_saved_folder_gives_the_same_model(tmp_path: Path) -> None:
         assert torch.allclose(model(input_ids=ids).logits, loaded(input_ids=ids).logits)
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads the process's mappings (Linux)")
+def test_weights_loaded_on_cpu_live_in_process_memory_not_in_the_mapped_file(tmp_path: Path) -> None:
+    import gc
+
+    model, tokenizer = tiny_model(seed=4)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, _ = load_causal_lm(str(tmp_path), device="cpu")
+    gc.collect()
+    # A weight replaced later (fused projections) must free its pages, not leave them mapped from the file.
+    assert str(tmp_path / "model.safetensors") not in Path("/proc/self/maps").read_text()
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight  # the tie survives the copy
+
+
 def test_prepare_tokenizer_falls_back_to_eos_for_padding() -> None:
     tokenizer = tiny_tokenizer()
     tokenizer.pad_token = None

@@ -195,11 +195,18 @@ class GRPO(PolicyHandoff, RolloutCollection):
             always_logprobs=True,
             adapters=list(self.config.roles),
             deterministic=self.config.deterministic,
+            fuse=self._serve_fuse(device, shared=served is None),
             # A call held during a weight swap may wait as long as the step waits for its rollouts.
             hold_timeout_s=self.config.rollout_timeout_s,
         )
         self.server.start()
         return self.learner, self.server
+
+    def _serve_fuse(self, device: torch.device, *, shared: bool) -> Optional[bool]:
+        """`serve_fuse`, None resolved: fused projections where they add no peak memory (`GRPOConfig`)."""
+        if self.config.serve_fuse is not None:
+            return self.config.serve_fuse
+        return True if device.type == "cpu" and shared else None
 
     # Main loop ---------------------------------------------------------------------------------------
 

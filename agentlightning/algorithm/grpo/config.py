@@ -174,6 +174,11 @@ class GRPOConfig:
     """Weights dtype of the policy server: "auto" serves bfloat16 on CUDA and the learner's dtype (float32)
     on CPU; "float32", "bfloat16", "float16". A dtype other than the learner's serves a copy, updated after
     each step (`weight_sync_ms` in the metrics)."""
+    serve_fuse: Optional[bool] = None
+    """Serve from fused projections (`serving/fused.py`; on CPU from oneDNN-prepacked copies of the weights,
+    about 1.8x faster decoding at 8 rows). None: on CUDA, and on CPU when the server serves the learner's own
+    weights (sync rollouts in the learner's dtype), where the copies are dropped during each update and
+    packed again after it, so they add nothing to the update's peak memory; off for a served copy on CPU."""
     tracking: List[str] = field(default_factory=lambda: [])
     """Experiment tracking backends the metrics also go to: any of "wandb", "mlflow", "tensorboard" (empty:
     `AGL_TRACKING`, else none; `Trainer(tracking=...)` wins). See `agentlightning.tracking`."""

@@ -85,6 +85,8 @@ class RFTConfig:
     """"cpu", "cuda", ...; None picks CUDA when available."""
     serve_dtype: str = "auto"
     """Weights dtype of the policy server (as in GRPO): "auto" serves bfloat16 on CUDA, float32 on CPU."""
+    serve_fuse: Optional[bool] = None
+    """Serve from fused (on CPU prepacked) projections, as in GRPO; None: where they cost no peak memory."""
 
     def __post_init__(self) -> None:
         checks = {

@@ -111,3 +111,34 @@ def test_the_check_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyP
     algorithm = _run(config)
     assert [r["step"] for r in algorithm.history] == [1, 2]
     assert all("weight_sync_verified" not in r for r in algorithm.history)
+
+
+def test_a_sync_cpu_run_serves_prepacked_copies_and_a_copy_that_misses_an_update_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlightning.serving.fused import FusedLayers
+
+    packs: list[int] = []
+    pack = FusedLayers.pack
+    monkeypatch.setattr(
+        FusedLayers, "pack", lambda self, batch_hint: (packs.append(batch_hint), pack(self, batch_hint))[1]
+    )
+    algorithm = _run(_small(tmp_path))  # sync on CPU: serve_fuse resolves to on, the copies packed per update
+    assert [r["weight_sync_verified"] for r in algorithm.history] == [1.0, 1.0]
+    assert len(packs) >= 3  # at start, then again after each of the two updates
+
+    # The copies kept through an update and never packed again serve the old weights: the check sees it.
+    monkeypatch.setattr(FusedLayers, "unpack", lambda self: False)
+    monkeypatch.setattr(FusedLayers, "refresh", lambda self: 0)
+    with pytest.raises(WeightSyncError, match=r"weight sync check failed at learner step 1.*checksum"):
+        _run(_small(tmp_path, weight_sync_watch_per_layer=0))
+
+
+def test_serve_fuse_is_on_only_where_it_adds_no_peak_memory(tmp_path: Path) -> None:
+    model, tokenizer = tiny_model()
+    resolve = GRPO(_small(tmp_path), model=model, tokenizer=tokenizer)._serve_fuse  # type: ignore[reportPrivateUsage]
+    assert resolve(torch.device("cpu"), shared=True) is True  # the learner's own weights: dropped during updates
+    assert resolve(torch.device("cpu"), shared=False) is None  # a served copy (async): the engine's default, off
+    assert resolve(torch.device("cuda"), shared=True) is None  # CUDA: the engine's default, on
+    explicit = GRPO(_small(tmp_path, serve_fuse=False), model=model, tokenizer=tokenizer)._serve_fuse  # type: ignore[reportPrivateUsage]
+    assert explicit(torch.device("cpu"), shared=True) is False
