@@ -17,6 +17,7 @@ that missed an update differs from the parameter it was packed from.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -45,7 +46,7 @@ FINGERPRINT_PATH = "/v1/weights/fingerprint"
 
 _MODULUS = 2_147_483_647  # 2**31 - 1: an element's term stays below 2**31, so int64 sums of < 2**32 never overflow
 _POSITION_CYCLE = 65_521
-_CHUNK = 1 << 22
+_CHUNK = 64 * _POSITION_CYCLE  # about 4M elements a pass
 _LAYER_RE = re.compile(r"\.(\d+)\.")
 _ADAPTER_RE = re.compile(r"\.lora_[A-Za-z_]+\.([A-Za-z0-9_-]+)\.")
 _BITS_DTYPES = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
@@ -70,22 +71,33 @@ class WeightsFingerprint(BaseModel):
 
 
 def tensor_checksum(tensor: torch.Tensor) -> int:
-    """An exact checksum of `tensor`'s bits, computed on its device: sum of bits x (position + 1), mod 2**31 - 1."""
+    """An exact checksum of `tensor`'s bits, computed on its device: sum of bits x (position mod 65,521 + 1),
+    mod 2**31 - 1 (8-byte bits reduced mod 2**31 - 1 first)."""
     import torch
 
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
     bits = flat.view(getattr(torch, _BITS_DTYPES[flat.element_size()]))
+    weights = _position_weights(flat.device)
     total = torch.zeros((), dtype=torch.int64, device=flat.device)
     for start in range(0, bits.numel(), _CHUNK):
         chunk = bits[start : start + _CHUNK].to(torch.int64)
         if flat.element_size() == 8:
             chunk = torch.remainder(chunk, _MODULUS)
-        positions = torch.arange(start, start + chunk.numel(), device=flat.device, dtype=torch.int64)
-        weights = torch.remainder(positions, _POSITION_CYCLE) + 1
-        total = torch.remainder(total + torch.remainder(chunk * weights, _MODULUS).sum(), _MODULUS)
+        chunk.mul_(weights[: chunk.numel()]).remainder_(_MODULUS)  # in place: one int64 copy of the chunk
+        total = torch.remainder(total + chunk.sum(), _MODULUS)
     return int(total.item())
+
+
+@functools.lru_cache(maxsize=8)
+def _position_weights(device: torch.device) -> torch.Tensor:
+    """(position mod the cycle) + 1 for one chunk; a chunk is a whole number of cycles, so every chunk's
+    positions weigh the same (17 MB per device, computed once)."""
+    import torch
+
+    positions = torch.arange(_CHUNK, dtype=torch.int64, device=device)
+    return (torch.remainder(positions, _POSITION_CYCLE) + 1).to(torch.int32)
 
 
 def _group(name: str) -> Tuple[str, str]:

@@ -66,6 +66,17 @@ def test_the_checksum_sees_a_moved_value_and_a_rounding_difference() -> None:
     assert tensor_checksum(tensor.double()) != tensor_checksum(tensor)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_checksum_is_the_documented_sum_across_chunk_boundaries(dtype: torch.dtype) -> None:
+    modulus = 2**31 - 1
+    tensor = torch.randn(4_500_001).to(dtype)  # longer than one pass: positions go on past the first chunk
+    bits = tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]).to(torch.int64)
+    if tensor.element_size() == 8:
+        bits = torch.remainder(bits, modulus)
+    weights = torch.remainder(torch.arange(bits.numel(), dtype=torch.int64), 65_521) + 1
+    assert tensor_checksum(tensor) == int(torch.remainder(torch.remainder(bits * weights, modulus).sum(), modulus))
+
+
 def test_the_watched_set_rotates_over_every_tensor_of_a_layer() -> None:
     names = [f"model.layers.{i}.{part}.weight" for i in range(3) for part in "abcdefg"] + ["model.norm.weight"]
     seen = set()

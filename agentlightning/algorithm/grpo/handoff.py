@@ -73,6 +73,8 @@ class PolicyHandoff:
         model: Any = self.learner.policy
         if self.learner.uses_lora:  # peft froze the base weights: a full fine-tune after this trains them again
             model = model.merge_and_unload().requires_grad_(True)
+        for weight in self.learner.frozen_embeddings:  # this stage's `freeze_embeddings`; the next has its own
+            weight.requires_grad_(True)
         self._handed_over = TrainedPolicy(
             model=model, tokenizer=self.learner.tokenizer, source=self.model_source(), trained_by=self.NAME
         )

@@ -69,10 +69,13 @@ class GRPOLearner:
         self._cache_keyword: Optional[str] = None
         torch.manual_seed(config.seed)
         model.to(self.device)
+        self.frozen_embeddings: List[torch.nn.Parameter] = []
+        """What `freeze_embeddings` froze (a hand-off in a schedule gives it back to the next stage's config)."""
         if config.freeze_embeddings and config.lora_rank == 0:
             for embeddings in (model.get_input_embeddings(), model.get_output_embeddings()):  # type: ignore[operator]
-                if embeddings is not None:
+                if embeddings is not None and embeddings.weight.requires_grad:  # tied: the same weight once
                     embeddings.weight.requires_grad_(False)
+                    self.frozen_embeddings.append(embeddings.weight)
         self.policy: torch.nn.Module = self._wrap_lora(model) if config.lora_rank > 0 else model
         self.reference: Optional[torch.nn.Module] = None
         if config.kl_coef > 0 and config.lora_rank == 0:

@@ -177,3 +177,19 @@ def test_frozen_embeddings_stay_as_loaded_and_hold_no_gradient_or_optimizer_stat
     saved = torch.load(learner.save_checkpoint(tmp_path) / "weights.pt")
     assert "model.embed_tokens.weight" not in saved and len(saved) == len(moved)
     assert RFTConfig(freeze_embeddings=True).learner_config().freeze_embeddings  # the warm start's learner too
+
+
+def test_a_hand_off_gives_the_frozen_embeddings_back_to_the_next_stages_config() -> None:
+    model, tokenizer = tiny_model(seed=4)
+    embeddings = model.get_input_embeddings().weight
+    warm_start = GRPO(GRPOConfig(freeze_embeddings=True, device="cpu"), model=model, tokenizer=tokenizer)
+    warm_start.learner = GRPOLearner(model, tokenizer, warm_start.config)
+    assert not embeddings.requires_grad and warm_start.learner.frozen_embeddings == [embeddings]
+    handed = warm_start.get_trained_policy()
+    assert handed is not None and handed.model is model and embeddings.requires_grad
+    trains_all = GRPOLearner(model, tokenizer, GRPOConfig(freeze_embeddings=False, device="cpu"))
+    assert any(p is embeddings for p in trains_all.trainable_parameters)  # the next stage's own setting
+    user_frozen, _ = tiny_model(seed=5)
+    user_frozen.get_input_embeddings().weight.requires_grad_(False)  # frozen by the user, not by a config
+    learner = GRPOLearner(user_frozen, tokenizer, GRPOConfig(freeze_embeddings=True, device="cpu"))
+    assert learner.frozen_embeddings == []  # nothing to give back: a hand-off leaves the user's choice alone
