@@ -70,7 +70,9 @@ def decode_rows(model: Any, tokenizer: Any, args: argparse.Namespace, device: An
     count = max(args.concurrency + [args.poisson_requests])
     prompts = torch.randint(2, int(model.config.vocab_size), (count, args.prompt_tokens)).tolist()
     rows: List[Dict[str, Any]] = []
-    engine = make_engine(model, tokenizer, max(args.concurrency), None)
+    engine = make_engine(
+        model, tokenizer, max(args.concurrency), None, fuse=True
+    )  # as GRPO (sync, CPU) and agl serve serve
     try:
         for c in args.concurrency:
             row = asyncio.run(ours_closed(engine, prompts, params, c))
@@ -168,7 +170,7 @@ def step_split(model: Any, tokenizer: Any, args: argparse.Namespace, device: Any
 
     policy = copy.deepcopy(model)
     learner = GRPOLearner(policy, tokenizer, GRPOConfig(micro_batch_size=args.micro_batch, device=str(device)))
-    engine = make_engine(learner.policy, tokenizer, max(8, args.group * args.prompts), None)
+    engine = make_engine(learner.policy, tokenizer, max(8, args.group * args.prompts), None, fuse=True)
     params = SamplingParams(max_tokens=args.new_tokens, temperature=1.0, ignore_eos=True)
     prompts = _samples(args, int(model.config.vocab_size), args.prompts)
     try:
@@ -188,7 +190,7 @@ def step_split(model: Any, tokenizer: Any, args: argparse.Namespace, device: Any
                 for e, r in zip(ends, rewards, strict=True)
             ]
         scored = time.perf_counter()
-        with engine.exclusive():
+        with engine.exclusive(weights_change=True):  # as GRPO's sync update: the prepacked copies dropped
             learner.step(samples)
         _sync(device)
         learned = time.perf_counter()

@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile the decode step (fuses kernels; the first requests wait while it compiles)",
     )
     parser.add_argument(
+        "--fuse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fused q/k/v and gate/up projections (Llama/Qwen); on CPU served from prepacked copies of the weights: "
+        "about 1.8x the tokens/s at 8 rows, for the weights' size again in memory (--no-fuse: the model's own layers)",
+    )
+    parser.add_argument(
         "--max-tokens", type=int, default=256, help="completion length when a request sets none (default 256)"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed for requests that do not give one")
@@ -139,6 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         default_max_tokens=args.max_tokens,
         seed=args.seed,
         compile=args.compile,
+        fuse=args.fuse,
         **_http_options(args),
     )
     try:

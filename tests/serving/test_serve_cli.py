@@ -36,13 +36,15 @@ def test_agl_serve_serves_a_saved_model_until_interrupted(tmp_path: Path) -> Non
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert process.stdout is not None
-        endpoint = None
+        endpoint, before = None, []
         for line in process.stdout:
             match = re.search(r"at (http://\S+/v1)", line)
             if match:
                 endpoint = match.group(1)
                 break
+            before.append(line)
         assert endpoint, "agl serve never reported its endpoint"
+        assert any("fused projections: 2 LlamaDecoderLayer layers" in line for line in before), before  # --fuse
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
         data = httpx.post(f"{endpoint}/chat/completions", json=body, timeout=60).json()
         assert data["model"] == str(tmp_path) and data["prompt_token_ids"] and data["choices"][0]["token_ids"]
