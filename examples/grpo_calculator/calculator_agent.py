@@ -242,3 +242,20 @@ async def calculator_agent(task: CalcTask, llm: agl.LLM) -> float:
     sampling = {k: v for k, v in llm.sampling_parameters.items() if k in ("temperature", "max_tokens", "top_p")}
     episode = await solve(task, client, llm.model, sampling)
     return grade(task, episode)
+
+
+def stand_in_model(request: Dict[str, Any]) -> Any:
+    """An offline stand-in policy for this task's framework ports (examples/autogen_calc, pydantic_ai_calc):
+    call `calculator` with the last question's product, then answer with the tool's result."""
+    messages = request["messages"]
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return str(last.get("content"))
+    question = next(str(m["content"]) for m in reversed(messages) if m.get("role") == "user")
+    a, b = re.findall(r"\d+", question)[:2]
+    return {"content": "", "tool_calls": [{"name": "calculator", "arguments": {"expression": f"{a} * {b}"}}]}
+
+
+def describe_rollout(question: Any, details: Dict[str, Any], reward: Optional[float]) -> str:
+    """One evaluated rollout of a framework port, as its evaluation script prints it."""
+    return f"{question} tool results {details.get('tool_results')} reply={str(details.get('reply'))[:30]!r} reward={reward}"

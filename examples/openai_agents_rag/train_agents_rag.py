@@ -17,23 +17,14 @@ What to expect: one line per rollout with the searches, the answer and the rewar
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
-import os
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # the agent, evaluate_agent
+from evaluate_agent import eval_parser, evaluate  # noqa: E402
 from kestrel_agent import agents_sdk_rag_agent, load_questions  # noqa: E402
-
-import agentlightning as agl  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def scripted_model(request: Dict[str, Any]) -> Any:
@@ -49,76 +40,15 @@ def scripted_model(request: Dict[str, Any]) -> Any:
     return answer if answer and answer.lower() in tool_results[-1].lower() else "I do not know."
 
 
-@contextmanager
-def endpoint(base_url: Optional[str]) -> Iterator[str]:
-    if base_url:
-        yield base_url
-        return
-    sys.path.insert(0, str(ROOT))  # the repository root, for tests.support
-    from tests.support.openai_server import OpenAITestServer
-
-    with OpenAITestServer(scripted_model, always_return_token_ids=True) as server:
-        yield server.base_url
-
-
-def print_rollouts(store: agl.LightningStore) -> None:
-    async def show() -> None:
-        for rollout in await store.query_rollouts(sort_by="start_time"):
-            spans = await store.query_spans(rollout.rollout_id)
-            details = next((agl.get_object_value(s) for s in spans if s.name == "agentlightning.object"), {}) or {}
-            question = rollout.input["question"] if isinstance(rollout.input, dict) else rollout.input
-            print(
-                f"  [{rollout.mode}] {question} searches={details.get('searches')} "
-                f"answer={str(details.get('answer'))[:40]!r} F1={agl.find_final_reward(spans)}"
-            )
-
-    asyncio.run(show())
+def describe(question: Any, details: Dict[str, Any], reward: Optional[float]) -> str:
+    return f"{question} searches={details.get('searches')} answer={str(details.get('answer'))[:40]!r} F1={reward}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 held-out questions, scripted stand-in model")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default: the scripted model)")
-    parser.add_argument("--model", default="smollm2", help="model name at --base-url")
-    parser.add_argument("--limit", type=int, default=None, help="held-out questions to evaluate")
-    parser.add_argument("--n-runners", type=int, default=2)
-    args = parser.parse_args()
-    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    args = eval_parser(__doc__, quick_tasks=2, limit=None).parse_args()
     val = load_questions("val")[: 2 if args.quick else args.limit]
-    store = agl.InMemoryLightningStore(thread_safe=True)
-    started = time.perf_counter()
-    with endpoint(args.base_url) as base_url:
-        llm = agl.LLM(
-            endpoint=base_url,
-            model=args.model,
-            api_key=os.environ.get("OPENAI_API_KEY") or "EMPTY",
-            sampling_parameters={"temperature": 0.0, "max_tokens": 64},
-        )
-        strategy = {"type": "shm", "n_runners": 1, "main_thread": "algorithm", "graceful_delay": 0.5}
-        trainer = agl.Trainer(
-            algorithm=agl.Baseline(polling_interval=0.5),
-            strategy=strategy if args.quick else None,
-            n_runners=args.n_runners,
-            store=store,
-            initial_resources={"main_llm": llm},
-            summary=False,
-        )
-        trainer.fit(agents_sdk_rag_agent, val_dataset=val)  # type: ignore[arg-type]
-        print_rollouts(store)
-        rewards = asyncio.run(_final_rewards(store))
-        exact = sum(r >= 1.0 for r in rewards) / max(1, len(val))
-        print(
-            f"val exact accuracy: {exact:.3f} over {len(val)} questions (mean F1 {sum(rewards) / max(1, len(val)):.3f})"
-        )
-    print(f"({time.perf_counter() - started:.1f} s)")
-
-
-async def _final_rewards(store: agl.LightningStore) -> list[float]:
-    rewards = []
-    for rollout in await store.query_rollouts():
-        reward = agl.find_final_reward(await store.query_spans(rollout.rollout_id))
-        rewards.append(0.0 if reward is None else reward)
-    return rewards
+    f1 = evaluate(agents_sdk_rag_agent, val, args, scripted_model=scripted_model, describe=describe, max_tokens=64)
+    print(f"mean F1 {sum(f1) / max(1, len(val)):.3f}")
 
 
 if __name__ == "__main__":
