@@ -90,7 +90,8 @@ async def test_weave_op_calling_openai_becomes_spans_with_sequence_ids(
     assert all(s.rollout_id == attempted.rollout_id and s.attempt_id == attempted.attempt.attempt_id for s in spans)
     (agent_span,) = _by_name(spans, "agent")
     (lookup_span,) = _by_name(spans, "lookup")
-    llm_spans = _by_name(spans, "openai.chat.completions.create")
+    # In call order: the two calls run one after the other (sequence ids follow delivery, which may not).
+    llm_spans = sorted(_by_name(spans, "openai.chat.completions.create"), key=lambda s: s.start_time or 0.0)
     (reward_span,) = _by_name(spans, "agentlightning.annotation")
     assert len(llm_spans) == 2
     assert agent_span.parent_id is None
