@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
+    from .fused import FusedLayers
     from .slots import SlotModel
 
 __all__ = ["PolicyEngine", "SequenceDelta", "SequenceEnd", "CompletionStream", "CompletionEvent"]
@@ -155,8 +156,9 @@ class PolicyEngine(Admission):
         thread.join(timeout)
         self._fail_all(RuntimeError("the policy engine was closed before this request finished"))
         if not thread.is_alive():  # the KV cache (0.8 GB for SmolLM2's 33 slots of 512) goes: start() makes a new one
-            if self._slots is not None and self._slots.fused is not None:
-                self._slots.fused.restore()  # the layers' own forwards back, the prepacked copies freed
+            fused = self._fused()
+            if fused is not None:
+                fused.restore()  # the layers' own forwards back, the prepacked copies freed
             self._slots, self._sampling, self._active_key = None, None, None  # the new slots start inactive
 
     @property
@@ -258,7 +260,7 @@ class PolicyEngine(Admission):
                 cached = any(len(cache) for cache in self._prefix_caches.values())
                 for cache in self._prefix_caches.values():
                     cache.clear()
-                fused = self._slots.fused if self._slots is not None else None
+                fused = self._fused()
                 if (fused is not None and fused.unpack()) or cached:
                     release_free_memory()  # the engine thread's blocks go back to the OS for the update's
             yield
@@ -266,8 +268,11 @@ class PolicyEngine(Admission):
     def packed_weights(self) -> Dict[str, Callable[[], torch.Tensor]]:
         """The weights served from prepacked copies (`fuse` on CPU), by parameter name, each read back
         dense on call; the weight fingerprint checks these in place of the parameters."""
-        fused = self._slots.fused if self._slots is not None else None
+        fused = self._fused()
         return fused.served_tensors(self.model) if fused is not None else {}
+
+    def _fused(self) -> Optional[FusedLayers]:
+        return self._slots.fused if self._slots is not None else None
 
     def update_weights(self, source: Union[torch.nn.Module, Mapping[str, torch.Tensor]]) -> int:
         """Serve new weights from a state dict or a module (plain or peft); returns the new version.

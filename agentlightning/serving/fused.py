@@ -190,6 +190,16 @@ class _Layer:
     def weights(self) -> Dict[str, Any]:
         return self.packed if self.packed is not None else self.dense()
 
+    def parts(self) -> Dict[str, Tuple[Any, ...]]:
+        """The linears behind each of `dense()`'s matrices, in row order."""
+        mlp = self.layer.mlp
+        return {
+            "qkv": self.qkv.linears,
+            "o": (self.attn.o_proj,),
+            "gate_up": self.gate_up.linears,
+            "down": (mlp.down_proj,),
+        }
+
     def intact(self) -> bool:
         return self.qkv.intact() and self.gate_up.intact()
 
@@ -315,13 +325,7 @@ class FusedLayers:
         for layer in self.layers:
             if layer.packed is None:
                 continue
-            groups = {
-                "qkv": layer.qkv.linears,
-                "o": (layer.attn.o_proj,),
-                "gate_up": layer.gate_up.linears,
-                "down": (layer.layer.mlp.down_proj,),
-            }
-            for key, linears in groups.items():
+            for key, linears in layer.parts().items():
                 start = 0
                 for module in linears:
                     rows = int(module.weight.shape[0])
